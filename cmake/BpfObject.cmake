@@ -1,0 +1,46 @@
+# CO-RE BPF objects: clang -target bpf, then bpftool gen skeleton.
+# vmlinux.h comes from the running kernel's BTF; without BTF the committed
+# x86_64 copy is used (CO-RE relocates it on the target kernel anyway).
+find_program(BPFTOOL_EXE NAMES bpftool PATHS /usr/sbin /usr/local/sbin REQUIRED)
+find_program(BPF_CLANG_EXE NAMES clang clang-14 clang-15 clang-16 REQUIRED)
+
+set(HANGTRACE_BPF_OUT_DIR ${CMAKE_BINARY_DIR}/bpf)
+file(MAKE_DIRECTORY ${HANGTRACE_BPF_OUT_DIR})
+set(HANGTRACE_VMLINUX_H ${HANGTRACE_BPF_OUT_DIR}/vmlinux.h)
+set(HANGTRACE_VMLINUX_FALLBACK ${PROJECT_SOURCE_DIR}/bpf/vmlinux/x86_64/vmlinux.h)
+
+add_custom_command(
+  OUTPUT ${HANGTRACE_VMLINUX_H}
+  COMMAND sh -c "if [ -r /sys/kernel/btf/vmlinux ] && ${BPFTOOL_EXE} btf dump file /sys/kernel/btf/vmlinux format c > ${HANGTRACE_VMLINUX_H}.tmp 2>/dev/null; then mv ${HANGTRACE_VMLINUX_H}.tmp ${HANGTRACE_VMLINUX_H}; else echo 'hangtrace: no kernel BTF at build time, using the committed x86_64 vmlinux.h'; cp ${HANGTRACE_VMLINUX_FALLBACK} ${HANGTRACE_VMLINUX_H}; fi"
+  DEPENDS ${HANGTRACE_VMLINUX_FALLBACK}
+  COMMENT "Generating vmlinux.h")
+
+execute_process(COMMAND uname -m OUTPUT_VARIABLE _ht_arch OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(_ht_arch STREQUAL "x86_64")
+  set(HANGTRACE_BPF_ARCH x86)
+elseif(_ht_arch STREQUAL "aarch64")
+  set(HANGTRACE_BPF_ARCH arm64)
+else()
+  set(HANGTRACE_BPF_ARCH ${_ht_arch})
+endif()
+
+function(hangtrace_bpf_object src out_skel)
+  get_filename_component(name ${src} NAME_WE)   # task_snapshot.bpf.c -> task_snapshot
+  set(obj ${HANGTRACE_BPF_OUT_DIR}/${name}.bpf.o)
+  set(skel ${HANGTRACE_BPF_OUT_DIR}/${name}.skel.h)
+  file(GLOB bpf_headers ${PROJECT_SOURCE_DIR}/bpf/*.bpf.h)
+  add_custom_command(
+    OUTPUT ${obj}
+    COMMAND ${BPF_CLANG_EXE} -g -O2 -target bpf -D__TARGET_ARCH_${HANGTRACE_BPF_ARCH}
+            -I${HANGTRACE_BPF_OUT_DIR} -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/bpf
+            -Wall -Werror -c ${src} -o ${obj}
+    DEPENDS ${src} ${HANGTRACE_VMLINUX_H} ${bpf_headers} ${PROJECT_SOURCE_DIR}/include/hangtrace/abi.h
+    COMMENT "BPF ${name}.bpf.c")
+  add_custom_command(
+    OUTPUT ${skel}
+    COMMAND ${BPFTOOL_EXE} gen skeleton ${obj} name ${name}_bpf > ${skel}.tmp
+    COMMAND ${CMAKE_COMMAND} -E rename ${skel}.tmp ${skel}
+    DEPENDS ${obj}
+    COMMENT "Skeleton ${name}.skel.h")
+  set(${out_skel} ${skel} PARENT_SCOPE)
+endfunction()

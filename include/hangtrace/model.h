@@ -1,0 +1,190 @@
+// The snapshot: raw facts about a process tree at one instant.
+//
+// The collector (userspace/collect, needs root, /proc, BPF) fills it; the core
+// (graph, rules, report) reads it and nothing else, so every rule can be
+// unit-tested from a fixture. A snapshot round-trips through JSON
+// (snapshot_json.h), which is also how fixtures are written.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hangtrace {
+
+enum class FdKind {
+  Unknown,
+  Pipe,          // "pipe:[INODE]"
+  Socket,        // "socket:[INODE]"
+  EventFd,       // "anon_inode:[eventfd]"
+  Epoll,         // "anon_inode:[eventpoll]"
+  TimerFd,       // "anon_inode:[timerfd]"
+  SignalFd,      // "anon_inode:[signalfd]"
+  PidFd,         // "anon_inode:[pidfd]"
+  OtherAnon,     // other anon_inode:[...]
+  File,          // a path on a regular file system
+  ShmFile,       // a path under the target's /dev/shm
+  Device,        // /dev/...
+};
+
+struct EpollWatch {
+  int target_fd = -1;     // "tfd:" in fdinfo
+  uint32_t events = 0;    // EPOLL* mask
+  uint64_t inode = 0;     // "ino:" (hex in fdinfo)
+};
+
+struct FdEntry {
+  int fd = -1;
+  std::string link;       // readlink(/proc/PID/fd/N)
+  FdKind kind = FdKind::Unknown;
+  uint64_t inode = 0;     // pipe/socket inode, or the file's inode from fdinfo
+  uint32_t flags = 0;     // "flags:" from fdinfo (octal there), O_ACCMODE etc.
+  uint64_t pos = 0;
+  std::optional<uint64_t> eventfd_id;  // "eventfd-id:" (6.x kernels)
+  std::vector<EpollWatch> epoll;       // for FdKind::Epoll
+  // Readiness probed on a duplicate of the fd (pidfd_getfd + poll(0)):
+  // POLLIN/POLLOUT/POLLHUP bits, or -1 when not probed.
+  int32_t ready_events = -1;
+  int64_t queued_bytes = -1;           // FIONREAD on pipes/sockets, -1 unknown
+};
+
+struct Mapping {
+  uint64_t start = 0, end = 0, offset = 0;
+  std::string perms;      // "rw-s"
+  uint32_t dev_major = 0, dev_minor = 0;
+  uint64_t inode = 0;
+  std::string path;       // may end in " (deleted)"
+  bool shared() const { return perms.size() >= 4 && perms[3] == 's'; }
+};
+
+// What /proc/PID/task/TID/syscall says (or the BPF pt_regs copy of it).
+struct SyscallState {
+  enum class Mode { Unknown, Running, InSyscall, User } mode = Mode::Unknown;
+  int64_t nr = -1;
+  uint64_t args[6] = {0, 0, 0, 0, 0, 0};
+  uint64_t sp = 0, pc = 0;
+};
+
+// Memory of the target read with process_vm_readv for the syscall it is in.
+// The collector decides what to read from the decoded syscall; the core
+// interprets it. Every field is optional: a read can fail (the target moved).
+struct WaitMemory {
+  // futex: the 32-bit word at uaddr, and 32 bytes from uaddr (enough for a
+  // pthread_mutex_t's __lock/__count/__owner/__nusers/__kind, or a sem_t).
+  std::optional<uint32_t> futex_word;
+  std::vector<uint8_t> futex_bytes;
+  // poll/ppoll: the pollfd array {fd, events}; select/pselect: fds in the sets.
+  std::vector<std::pair<int, uint32_t>> poll_fds;
+  // Timeout the syscall was given, in seconds (relative), when it has one.
+  std::optional<double> timeout_s;
+  bool timeout_absolute = false;       // FUTEX_WAIT_BITSET / clock_nanosleep ABS
+};
+
+struct KernelFrame {
+  uint64_t addr = 0;
+  std::string symbol;     // "futex_wait_queue+0x5f" (kallsyms), empty if unknown
+};
+
+// From the BPF task iterator (include/hangtrace/abi.h ht_task_record).
+struct KernelTaskView {
+  uint32_t state = 0;         // task->__state
+  uint32_t task_flags = 0;    // PF_*
+  bool on_cpu = false;
+  uint64_t off_cpu_ns = 0;    // how long since it last ran (scheduler clock)
+  uint64_t sum_exec_ns = 0;
+  uint64_t nvcsw = 0, nivcsw = 0;
+  uint64_t user_ip = 0, user_sp = 0, user_bp = 0;
+  std::vector<KernelFrame> stack;
+  int32_t stack_error = 0;    // -errno from bpf_get_task_stack, 0 if fine
+};
+
+struct ThreadInfo {
+  int tid = 0;
+  std::string comm;
+  char state = '?';           // /proc stat state: R S D T t Z X I
+  SyscallState syscall;
+  std::optional<KernelTaskView> kernel;   // absent when BPF was unavailable
+  WaitMemory memory;
+  uint64_t voluntary_switches = 0;        // /proc status voluntary_ctxt_switches
+  uint64_t involuntary_switches = 0;
+  // Progress counters sampled twice (start and end of the snapshot):
+  // CPU ns and I/O bytes; used to tell a stuck timed-wait loop from a live one.
+  uint64_t cpu_ns_start = 0, cpu_ns_end = 0;
+  uint64_t io_bytes_start = 0, io_bytes_end = 0;
+  bool progress_sampled = false;
+};
+
+enum class ProcessRole { Target, Descendant, Peer };
+
+struct ProcessInfo {
+  int pid = 0;
+  int ppid = 0;
+  std::string comm;
+  std::string cmdline;        // NUL separators replaced by spaces
+  std::string exe;
+  char state = '?';
+  uint32_t flags = 0;         // PF_* from /proc stat field 9
+  ProcessRole role = ProcessRole::Target;
+  bool is_python = false;
+  uint64_t netns = 0, mntns = 0;   // namespace inodes
+  std::vector<ThreadInfo> threads;
+  std::vector<FdEntry> fds;
+  std::vector<Mapping> maps;       // only shared and futex-relevant mappings
+  std::vector<int> children;       // pids whose ppid is this one (incl. zombies)
+  std::optional<int> exit_signal;  // for zombies: from /proc stat exit_code
+};
+
+// A socket as the kernel's tables show it, keyed by inode.
+struct SocketInfo {
+  uint64_t inode = 0;
+  uint64_t netns = 0;
+  std::string family;         // "unix", "tcp", "tcp6", "udp", "udp6"
+  std::string state;          // "ESTABLISHED", "LISTEN", ... (unix: "CONNECTED")
+  std::string local;          // "127.0.0.1:5000" / "[::1]:5000" / unix path or "@abstract"
+  std::string remote;
+  uint64_t rx_queue = 0, tx_queue = 0;
+  uint64_t peer_inode = 0;    // unix: from sock_diag; tcp: matched reverse tuple
+  bool remote_is_local_host = false;
+};
+
+struct ShmSegment {
+  std::string name;           // file name under /dev/shm
+  uint64_t size_bytes = 0;    // st_size
+  uint64_t allocated_bytes = 0;   // st_blocks * 512
+  std::vector<int> mapped_by;     // pids mapping or holding it open
+};
+
+struct ShmInfo {
+  bool available = false;
+  std::string mount_path;     // as seen through /proc/PID/root
+  uint64_t size_bytes = 0;    // statvfs f_blocks * f_frsize
+  uint64_t used_bytes = 0;
+  std::vector<ShmSegment> largest;   // by allocated bytes, up to 10
+  // Deleted-but-mapped segments (torch shares tensors this way) count in
+  // used_bytes yet have no name; they are listed from the maps.
+  uint64_t unlinked_mapped_bytes = 0;
+};
+
+struct Snapshot {
+  int schema = 1;
+  std::string hangtrace_version;
+  std::string hostname;
+  std::string kernel_release;
+  double taken_at_unix = 0;       // wall clock, seconds
+  double sample_window_s = 0;     // time between progress samples
+  int target_pid = 0;
+  std::vector<ProcessInfo> processes;
+  std::vector<SocketInfo> sockets;
+  ShmInfo shm;
+  // Host addresses (for "is the remote end on this host").
+  std::vector<std::string> local_addresses;
+  // What the collector could not see, one line each ("no BPF: ...").
+  std::vector<std::string> limitations;
+
+  const ProcessInfo* process(int pid) const;
+  const SocketInfo* socket(uint64_t inode) const;
+};
+
+}  // namespace hangtrace

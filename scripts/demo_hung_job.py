@@ -1,0 +1,1 @@
+# placeholder: the bundled hung job (being written)

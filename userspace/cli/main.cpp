@@ -1,0 +1,2 @@
+// Placeholder until the CLI lands (being written now).
+int main() { return 1; }

@@ -1,0 +1,26 @@
+// Builds a Snapshot of a live process tree: the target, every descendant
+// (DataLoader workers, spawn children) and the peers its waits lead to.
+#pragma once
+
+#include <string>
+
+#include "hangtrace/model.h"
+#include "hangtrace/result.h"
+
+namespace hangtrace {
+
+struct CollectOptions {
+  std::string proc_root = "/proc";  // injectable for tests
+  bool use_bpf = true;              // kernel stacks and off-CPU times
+  bool include_peers = true;        // processes outside the tree holding the other end
+  bool probe_readiness = true;      // pidfd_getfd + poll(0) / FIONREAD on waited fds
+  double min_progress_window_s = 0.2;  // at least this long between progress samples
+  int verbosity = 0;
+};
+
+// Fails only when the target itself cannot be examined (no such pid, a
+// kernel thread, permission denied); anything less becomes a line in
+// Snapshot::limitations.
+Result<Snapshot> collect_snapshot(int target_pid, const CollectOptions& options);
+
+}  // namespace hangtrace

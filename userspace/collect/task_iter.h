@@ -1,0 +1,33 @@
+// One pass of the BPF task iterator (bpf/task_snapshot.bpf.c) over the
+// threads of a set of processes: scheduler state, how long each thread has
+// been off CPU (the kernel's own bookkeeping, so waits that began before
+// hangtrace started are measured in full), kernel stack, user registers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hangtrace/model.h"
+#include "hangtrace/result.h"
+
+namespace hangtrace {
+
+struct KernelTaskSample {
+  int tid = 0;
+  int tgid = 0;
+  int ppid = 0;
+  std::string comm;
+  KernelTaskView view;   // view.stack holds raw addresses, symbols left empty
+  int64_t syscall_nr = -1;
+  uint64_t syscall_args[6] = {0, 0, 0, 0, 0, 0};
+};
+
+// Loads the iterator (open -> set map sizes/rodata -> load -> attach), runs it
+// once, and detaches everything before returning: nothing stays attached.
+// Error messages read "failed to load BPF task iterator: <reason>".
+Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids);
+
+// Why BPF cannot be used here (not root, no BTF, ...), or empty when it can.
+std::string bpf_unavailable_reason();
+
+}  // namespace hangtrace
