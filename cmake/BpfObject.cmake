@@ -9,11 +9,26 @@ file(MAKE_DIRECTORY ${HANGTRACE_BPF_OUT_DIR})
 set(HANGTRACE_VMLINUX_H ${HANGTRACE_BPF_OUT_DIR}/vmlinux.h)
 set(HANGTRACE_VMLINUX_FALLBACK ${PROJECT_SOURCE_DIR}/bpf/vmlinux/x86_64/vmlinux.h)
 
+# A script rather than an inline `sh -c`: CMake would split the command at
+# its semicolons.
+set(_ht_gen_vmlinux ${HANGTRACE_BPF_OUT_DIR}/gen_vmlinux.sh)
+file(WRITE ${_ht_gen_vmlinux} "#!/bin/sh
+out=\"$1\"
+fallback=\"$2\"
+if [ -r /sys/kernel/btf/vmlinux ] && \"${BPFTOOL_EXE}\" btf dump file /sys/kernel/btf/vmlinux format c > \"$out.tmp\" 2>/dev/null; then
+  mv \"$out.tmp\" \"$out\"
+else
+  rm -f \"$out.tmp\"
+  echo 'hangtrace: no kernel BTF at build time, using the committed x86_64 vmlinux.h'
+  cp \"$fallback\" \"$out\"
+fi
+")
 add_custom_command(
   OUTPUT ${HANGTRACE_VMLINUX_H}
-  COMMAND sh -c "if [ -r /sys/kernel/btf/vmlinux ] && ${BPFTOOL_EXE} btf dump file /sys/kernel/btf/vmlinux format c > ${HANGTRACE_VMLINUX_H}.tmp 2>/dev/null; then mv ${HANGTRACE_VMLINUX_H}.tmp ${HANGTRACE_VMLINUX_H}; else echo 'hangtrace: no kernel BTF at build time, using the committed x86_64 vmlinux.h'; cp ${HANGTRACE_VMLINUX_FALLBACK} ${HANGTRACE_VMLINUX_H}; fi"
+  COMMAND sh ${_ht_gen_vmlinux} ${HANGTRACE_VMLINUX_H} ${HANGTRACE_VMLINUX_FALLBACK}
   DEPENDS ${HANGTRACE_VMLINUX_FALLBACK}
-  COMMENT "Generating vmlinux.h")
+  COMMENT "Generating vmlinux.h"
+  VERBATIM)
 
 execute_process(COMMAND uname -m OUTPUT_VARIABLE _ht_arch OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(_ht_arch STREQUAL "x86_64")

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * The one ABI shared by the BPF programs (bpf/*.bpf.c) and the C++ side.
+ * The one ABI shared by the BPF programs (bpf/<concern>.bpf.c) and the C++ side.
  * Fixed-width types only, explicit padding, units in the field comments.
  * The C++ side static_asserts the layout (see userspace/collect/task_iter.cpp).
  */

@@ -27,6 +27,10 @@ struct KernelTaskSample {
 // Error messages read "failed to load BPF task iterator: <reason>".
 Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids);
 
+// libbpf's own messages on stderr: 0 none (default), 1 warnings and info
+// (a failed load's verifier log is a warning), 2 also debug (CO-RE relocations).
+void set_bpf_verbosity(int level);
+
 // Why BPF cannot be used here (not root, no BTF, ...), or empty when it can.
 std::string bpf_unavailable_reason();
 

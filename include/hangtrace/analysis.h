@@ -1,0 +1,133 @@
+// From a Snapshot to a verdict: what each thread waits on, who could release
+// it, which waits can never end, and why.
+//
+// The wait-for graph is bipartite: a thread "waits on" objects (a futex, a
+// pipe, a socket, a child) and an object "can be released by" threads (the
+// lock owner, the holders of a pipe's other end, the peer of a socket). A
+// thread waiting on several objects (poll, epoll) is released by any of them
+// (the OR model), so a set of threads is deadlocked when none of them can
+// reach a thread that is running, sleeping on a timer, waiting on the network
+// or otherwise able to move on by itself (a knot), not merely when a cycle
+// exists.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hangtrace/model.h"
+#include "hangtrace/syscalls.h"
+
+namespace hangtrace {
+
+enum class ObjectKind { Futex, Pipe, UnixSocket, TcpSocket, UdpSocket, Socket, EventFd, File, Child, Unknown };
+const char* object_kind_name(ObjectKind k);
+
+struct WaitObject {
+  std::string id;        // stable key: "pipe:[123]", "futex:shared:0:5:1234:0x40", "child:77"
+  ObjectKind kind = ObjectKind::Unknown;
+  std::string label;     // for people: "pipe:[123]", "lock in /dev/shm/sem.mp-ab12 (deleted)+0x0"
+  std::vector<int> waiters;    // tids waiting on it
+  std::vector<int> releasers;  // tids that could end the wait (never a waiter of it)
+  std::vector<int> holder_pids;  // processes holding the other end / mapping the lock
+  bool ready = false;          // the kernel says the wait is already satisfied
+  bool external = false;       // released by something outside this host or snapshot
+  bool releasers_certain = false;  // releasers known exactly (a lock's owner, a peer socket)
+  bool only_self_holders = false;  // other end held only by the waiters' own process
+  std::optional<int> owner_tid;    // a lock's owner, when the lock word records it
+  std::vector<std::string> notes;  // evidence about the object ("owner TID 77 is dead")
+  // Socket endpoints.
+  std::string local, remote;
+};
+
+enum class Activity {
+  Running,      // on CPU or runnable
+  Blocked,      // waiting with no timeout
+  TimedWait,    // waiting with a timeout (may be a retry loop)
+  Sleeping,     // a plain timed sleep: wakes by itself
+  DiskWait,     // uninterruptible (D): usually I/O in progress
+  Stopped,      // SIGSTOP / ptrace stop
+  Dead,         // zombie or exiting
+  Unknown,
+};
+const char* activity_name(Activity a);
+
+struct ThreadWait {
+  int tid = 0;
+  int pid = 0;
+  Activity activity = Activity::Unknown;
+  WaitClass wait_class = WaitClass::None;
+  std::string syscall_text;     // "futex(0x7f.., FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG, 0, NULL)"
+  std::string summary;          // "waits on lock 0x7f..40 (private, no owner)"
+  std::vector<std::string> objects;  // WaitObject ids (OR)
+  std::optional<double> timeout_s;
+  std::optional<double> blocked_s;   // from the kernel's scheduler bookkeeping
+  bool progressed = false;           // CPU or I/O moved between the two samples
+  std::vector<std::string> kernel_stack;  // function names, innermost first
+};
+
+struct WaitGraph {
+  std::map<std::string, WaitObject> objects;
+  std::map<int, ThreadWait> threads;  // by tid
+  std::map<int, int> tid_to_pid;
+
+  // Threads whose wait could be ended by `tid` (its dependents), and the
+  // threads `tid` depends on (releasers of everything it waits on).
+  std::vector<int> depends_on(int tid) const;
+};
+
+WaitGraph build_wait_graph(const Snapshot& snapshot);
+
+struct ChainStep {
+  std::string from;
+  std::string edge;   // "waits on", "can be released by", "held by"
+  std::string to;
+};
+
+enum class Severity { Info, Warning, Critical };
+enum class Confidence { Probable, Certain };
+const char* severity_name(Severity s);
+const char* confidence_name(Confidence c);
+
+struct Finding {
+  std::string id;        // "F1"
+  std::string kind;      // stable: "deadlock-cycle", "orphaned-lock", ...
+  Severity severity = Severity::Info;
+  Confidence confidence = Confidence::Probable;
+  std::vector<int> pids, tids;
+  std::string summary;
+  std::vector<ChainStep> chain;      // from the target's main thread to the cause
+  std::vector<std::string> evidence;
+  std::vector<std::string> advice;
+  nlohmann::json details = nlohmann::json::object();
+  int rank = 0;          // ordering key, lower first (not exported)
+};
+
+struct AnalysisOptions {
+  double stall_after_s = 10.0;   // a socket wait this long counts as stalled
+  double shm_full_ratio = 0.90;
+  uint64_t progress_cpu_ns = 2'000'000;  // more CPU than this between samples = progress
+};
+
+struct Verdict {
+  std::string status;    // "hang", "suspect", "ok"
+  std::string summary;
+};
+
+struct Diagnosis {
+  WaitGraph graph;
+  std::vector<Finding> findings;
+  Verdict verdict;
+  std::vector<int> deadlocked_tids;          // certain: no timed wait involved
+  std::vector<int> probably_deadlocked_tids; // only with timed retry loops counted
+};
+
+Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options = {});
+
+// Exit status for the CLI: 0 no hang found, 2 a hang / critical finding.
+int exit_status_for(const Diagnosis& d);
+
+}  // namespace hangtrace

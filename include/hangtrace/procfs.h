@@ -1,0 +1,189 @@
+// Parsers for the /proc files hangtrace reads, and thin readers for them.
+//
+// Every parse_* function takes the file's TEXT and returns a struct, so the
+// formats are unit-tested from fixtures copied off a real machine. Malformed
+// or truncated text yields an error, never a crash or a half-filled value
+// presented as whole. The read_* functions take an injectable proc root
+// ("/proc" unless a test says otherwise) and return the errno text of a
+// failed read, so the collector can tell "gone" (ENOENT/ESRCH) from "denied".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "hangtrace/model.h"
+#include "hangtrace/result.h"
+
+namespace hangtrace::procfs {
+
+constexpr uint32_t kPfKthread = 0x00200000;   // PF_KTHREAD in stat field 9
+constexpr uint32_t kPfExiting = 0x00000004;   // PF_EXITING
+
+// ---- /proc/PID/stat and /proc/PID/task/TID/stat --------------------------
+struct ProcStat {
+  int pid = 0;
+  std::string comm;          // between the first '(' and the LAST ')'
+  char state = '?';
+  int ppid = 0;
+  int pgrp = 0;
+  int session = 0;
+  uint32_t flags = 0;        // field 9, PF_*
+  uint64_t utime_ticks = 0, stime_ticks = 0;
+  int num_threads = 0;
+  uint64_t start_time_ticks = 0;   // field 22: tells a reused PID from the original
+  std::optional<int> exit_signal;  // field 38: the signal the parent gets on exit
+  // Field 52: the wait status for zombies (exit code << 8 | signal), the stop
+  // signal for stopped tasks. Absent on old kernels that print fewer fields.
+  std::optional<int> exit_code;
+  bool is_kernel_thread() const { return (flags & kPfKthread) != 0; }
+};
+Result<ProcStat> parse_stat(std::string_view text);
+
+// ---- /proc/PID/status ------------------------------------------------------
+struct ProcStatus {
+  std::string name;
+  char state = '?';
+  int tgid = 0;
+  int pid = 0;
+  int ppid = 0;
+  int threads = 0;
+  uint64_t voluntary_ctxt_switches = 0;
+  uint64_t nonvoluntary_ctxt_switches = 0;
+};
+// Needs at least Name, Tgid and PPid; the other keys are optional.
+Result<ProcStatus> parse_status(std::string_view text);
+
+// ---- /proc/PID/task/TID/syscall ---------------------------------------------
+// "running" | "-1 SP PC" (in user mode) | "NR A0 .. A5 SP PC" (hex).
+Result<SyscallState> parse_syscall(std::string_view text);
+
+// ---- /proc/PID/fd/N link text -----------------------------------------------
+struct FdLinkInfo {
+  FdKind kind = FdKind::Unknown;
+  uint64_t inode = 0;        // pipe:[N] / socket:[N]; 0 for the rest
+  bool deleted = false;      // the path ended in " (deleted)"
+  std::string path;          // the path without " (deleted)", paths only
+  std::string anon_type;     // "eventfd", "io_uring", ... for anon inodes
+};
+FdLinkInfo classify_fd_link(std::string_view link);
+
+// ---- /proc/PID/fdinfo/N -----------------------------------------------------
+struct FdInfo {
+  uint64_t pos = 0;
+  uint32_t flags = 0;        // octal in the file
+  std::optional<int> mnt_id;
+  std::optional<uint64_t> inode;        // "ino:"
+  std::optional<uint64_t> eventfd_id;   // "eventfd-id:"
+  std::optional<uint64_t> eventfd_count;
+  std::vector<EpollWatch> epoll;        // "tfd:" lines of an epoll fd
+};
+// Needs pos and flags; an epoll "tfd:" line that does not parse is an error.
+Result<FdInfo> parse_fdinfo(std::string_view text);
+
+// ---- /proc/PID/maps ---------------------------------------------------------
+Result<Mapping> parse_maps_line(std::string_view line);
+Result<std::vector<Mapping>> parse_maps(std::string_view text);
+
+// ---- /proc/net/{tcp,tcp6,udp,udp6} -----------------------------------------
+struct InetSocketEntry {
+  SocketInfo info;           // family, state, local, remote, queues, inode
+  std::string local_ip;      // "127.0.0.1" / "::1" (no brackets)
+  std::string remote_ip;
+  uint16_t local_port = 0, remote_port = 0;
+  int state_code = 0;        // the kernel's TCP_* number
+};
+// `family` is "tcp", "tcp6", "udp" or "udp6" and picks the address width.
+Result<std::vector<InetSocketEntry>> parse_inet_sockets(std::string_view text,
+                                                        const std::string& family);
+// "ESTABLISHED", "LISTEN", ... (UDP reuses the TCP numbers: 07 is "CLOSE").
+std::string tcp_state_name(int state_code);
+// 127.0.0.0/8, ::1, ::ffff:127.x.x.x.
+bool is_loopback_address(const std::string& ip);
+// "::ffff:10.0.0.1" -> "10.0.0.1"; anything else unchanged.
+std::string unmap_ipv4(const std::string& ip);
+
+// ---- /proc/net/unix ---------------------------------------------------------
+struct UnixSocketEntry {
+  uint64_t inode = 0;
+  uint32_t type = 0;         // SOCK_STREAM=1, SOCK_DGRAM=2, SOCK_SEQPACKET=5
+  int socket_state = 0;      // SS_UNCONNECTED=1 .. SS_DISCONNECTING=4
+  bool listening = false;    // __SO_ACCEPTCON in Flags
+  std::string state;         // "LISTEN", "CONNECTED", "UNCONNECTED", ...
+  std::string path;          // "" unnamed, "@name" abstract
+};
+Result<std::vector<UnixSocketEntry>> parse_unix_sockets(std::string_view text);
+
+// ---- /proc/PID/io, /proc/PID/task/TID/io ------------------------------------
+struct ProcIo {
+  uint64_t rchar = 0, wchar = 0, syscr = 0, syscw = 0;
+  uint64_t read_bytes = 0, write_bytes = 0;
+};
+// Needs rchar and wchar.
+Result<ProcIo> parse_io(std::string_view text);
+
+// ---- /proc/PID/task/TID/schedstat -------------------------------------------
+// The first field: nanoseconds spent on a CPU.
+Result<uint64_t> parse_schedstat(std::string_view text);
+
+// ---- /proc/PID/cmdline ------------------------------------------------------
+// NUL separators become spaces; the trailing NUL goes.
+std::string parse_cmdline(std::string_view text);
+
+// ---- "net:[4026531840]" (readlink of /proc/PID/ns/net) ----------------------
+Result<uint64_t> parse_namespace_link(std::string_view link);
+
+// ---- readers ----------------------------------------------------------------
+// Errors read "failed to read PATH: <strerror>"; where errno_out is given it
+// receives the errno (0 on success or on a parse error).
+//
+// Reads a whole (proc) file, at most max_bytes (procfs sizes report 0, so this
+// reads until EOF). Longer files are an error rather than silently cut.
+Result<std::string> read_text_file(const std::string& path, int* errno_out = nullptr,
+                                   size_t max_bytes = size_t{256} << 20);
+Result<std::string> read_link(const std::string& path, int* errno_out = nullptr);
+// Numeric names in a directory (pids, tids, fds), sorted; bounded by max_entries.
+Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_out = nullptr,
+                                          size_t max_entries = 1u << 22);
+
+// True for errors meaning the process or thread is gone (ENOENT, ESRCH).
+inline bool is_gone_errno(int e) { return e == 2 /*ENOENT*/ || e == 3 /*ESRCH*/; }
+
+class ProcFs {
+ public:
+  explicit ProcFs(std::string root = "/proc") : root_(std::move(root)) {}
+  const std::string& root() const { return root_; }
+
+  std::string pid_path(int pid) const;                    // ROOT/PID
+  std::string task_path(int pid, int tid) const;          // ROOT/PID/task/TID
+
+  Result<ProcStat> stat(int pid, int* err = nullptr) const;
+  Result<ProcStat> thread_stat(int pid, int tid, int* err = nullptr) const;
+  Result<ProcStatus> status(int pid, int* err = nullptr) const;
+  Result<ProcStatus> thread_status(int pid, int tid, int* err = nullptr) const;
+  Result<SyscallState> thread_syscall(int pid, int tid, int* err = nullptr) const;
+  Result<ProcIo> thread_io(int pid, int tid, int* err = nullptr) const;
+  Result<uint64_t> thread_schedstat(int pid, int tid, int* err = nullptr) const;
+  Result<std::string> cmdline(int pid, int* err = nullptr) const;
+  Result<std::string> exe(int pid, int* err = nullptr) const;
+  Result<uint64_t> namespace_inode(int pid, const std::string& ns, int* err = nullptr) const;
+  Result<std::vector<int>> pids(int* err = nullptr) const;
+  Result<std::vector<int>> tids(int pid, int* err = nullptr) const;
+  Result<std::vector<int>> fds(int pid, int* err = nullptr) const;
+  Result<std::string> fd_link(int pid, int fd, int* err = nullptr) const;
+  Result<FdInfo> fdinfo(int pid, int fd, int* err = nullptr) const;
+  Result<std::vector<Mapping>> maps(int pid, int* err = nullptr) const;
+  // table: "tcp", "tcp6", "udp", "udp6" read from ROOT/PID/net/TABLE (the
+  // namespace view of that process).
+  Result<std::vector<InetSocketEntry>> inet_sockets(int pid, const std::string& table,
+                                                    int* err = nullptr) const;
+  Result<std::vector<UnixSocketEntry>> unix_sockets(int pid, int* err = nullptr) const;
+
+ private:
+  std::string root_;
+};
+
+}  // namespace hangtrace::procfs

@@ -1,0 +1,24 @@
+// Rendering a Diagnosis: the human report (read top-down by a tired engineer)
+// and the versioned JSON report (docs/json-schema.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "hangtrace/analysis.h"
+#include "hangtrace/model.h"
+
+namespace hangtrace {
+
+inline constexpr const char* kReportSchema = "hangtrace.report/1";
+
+struct ReportOptions {
+  int verbosity = 0;      // -v: all threads, not only the interesting ones; -vv: kernel stacks
+  bool color = false;
+};
+
+std::string render_text(const Snapshot& snapshot, const Diagnosis& diagnosis, const ReportOptions& options = {});
+nlohmann::json render_json(const Snapshot& snapshot, const Diagnosis& diagnosis);
+
+}  // namespace hangtrace

@@ -1,0 +1,191 @@
+#include "task_iter.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "hangtrace/abi.h"
+#include "task_snapshot.skel.h"
+
+namespace hangtrace {
+
+// The BPF program writes these bytes and we reinterpret them: pin the layout
+// so a change on one side without the other fails to compile.
+static_assert(sizeof(ht_task_record) == 432);
+static_assert(offsetof(ht_task_record, abi_version) == 0);
+static_assert(offsetof(ht_task_record, tid) == 4);
+static_assert(offsetof(ht_task_record, tgid) == 8);
+static_assert(offsetof(ht_task_record, ppid) == 12);
+static_assert(offsetof(ht_task_record, state) == 16);
+static_assert(offsetof(ht_task_record, exit_state) == 20);
+static_assert(offsetof(ht_task_record, task_flags) == 24);
+static_assert(offsetof(ht_task_record, sample_flags) == 28);
+static_assert(offsetof(ht_task_record, off_cpu_ns) == 32);
+static_assert(offsetof(ht_task_record, sum_exec_ns) == 40);
+static_assert(offsetof(ht_task_record, nvcsw) == 48);
+static_assert(offsetof(ht_task_record, nivcsw) == 56);
+static_assert(offsetof(ht_task_record, start_boottime_ns) == 64);
+static_assert(offsetof(ht_task_record, user_ip) == 72);
+static_assert(offsetof(ht_task_record, user_sp) == 80);
+static_assert(offsetof(ht_task_record, user_bp) == 88);
+static_assert(offsetof(ht_task_record, syscall_nr) == 96);
+static_assert(offsetof(ht_task_record, syscall_args) == 104);
+static_assert(offsetof(ht_task_record, kstack_frames) == 152);
+static_assert(offsetof(ht_task_record, wchan_pad) == 156);
+static_assert(offsetof(ht_task_record, kstack) == 160);
+static_assert(offsetof(ht_task_record, comm) == 160 + 8 * HT_MAX_KSTACK);
+
+namespace {
+
+std::atomic<int> g_bpf_verbosity{0};
+
+// libbpf is chatty (every CO-RE relocation at debug level); its messages only
+// help someone debugging hangtrace itself.
+int libbpf_print(enum libbpf_print_level level, const char* format, va_list args) {
+  int verbosity = g_bpf_verbosity.load(std::memory_order_relaxed);
+  if (verbosity <= 0) return 0;
+  if (level == LIBBPF_DEBUG && verbosity < 2) return 0;
+  return vfprintf(stderr, format, args);
+}
+
+Error load_error(const std::string& what, int err) {
+  // libbpf returns -errno (and sets errno); either sign may reach us.
+  err = err < 0 ? -err : err;
+  std::string reason = err ? std::strerror(err) : "unknown error";
+  if (!what.empty()) reason = what + ": " + reason;
+  return make_error("failed to load BPF task iterator: " + reason);
+}
+
+// Owns everything for one pass so that every exit path tears it all down.
+struct IterSession {
+  task_snapshot_bpf* skel = nullptr;
+  bpf_link* link = nullptr;
+  int iter_fd = -1;
+  ~IterSession() {
+    if (iter_fd >= 0) close(iter_fd);
+    bpf_link__destroy(link);
+    task_snapshot_bpf__destroy(skel);
+  }
+};
+
+KernelTaskSample to_sample(const ht_task_record& rec) {
+  KernelTaskSample s;
+  s.tid = static_cast<int>(rec.tid);
+  s.tgid = static_cast<int>(rec.tgid);
+  s.ppid = static_cast<int>(rec.ppid);
+  s.comm.assign(rec.comm, strnlen(rec.comm, sizeof rec.comm));
+  KernelTaskView& v = s.view;
+  v.state = rec.state;
+  v.task_flags = rec.task_flags;
+  v.on_cpu = (rec.sample_flags & HT_TASK_ON_CPU) != 0;
+  v.off_cpu_ns = rec.off_cpu_ns;
+  v.sum_exec_ns = rec.sum_exec_ns;
+  v.nvcsw = rec.nvcsw;
+  v.nivcsw = rec.nivcsw;
+  if (rec.kstack_frames < 0) {
+    v.stack_error = rec.kstack_frames;
+  } else {
+    int n = std::min(rec.kstack_frames, HT_MAX_KSTACK);
+    for (int i = 0; i < n; ++i) v.stack.push_back(KernelFrame{rec.kstack[i], {}});
+  }
+  if (rec.sample_flags & HT_TASK_HAS_USER_REGS) {
+    v.user_ip = rec.user_ip;
+    v.user_sp = rec.user_sp;
+    v.user_bp = rec.user_bp;
+    s.syscall_nr = rec.syscall_nr;
+    std::copy(std::begin(rec.syscall_args), std::end(rec.syscall_args), s.syscall_args);
+  }
+  return s;
+}
+
+}  // namespace
+
+void set_bpf_verbosity(int level) { g_bpf_verbosity.store(level, std::memory_order_relaxed); }
+
+std::string bpf_unavailable_reason() {
+  if (geteuid() != 0)
+    return "not root: hangtrace needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)";
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+    return fmt::format(
+        "no BTF at /sys/kernel/btf/vmlinux: {} (kernel built without CONFIG_DEBUG_INFO_BTF?)",
+        std::strerror(errno));
+  }
+  return "";
+}
+
+Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids) {
+  libbpf_set_print(libbpf_print);
+
+  IterSession s;
+  s.skel = task_snapshot_bpf__open();
+  if (!s.skel) return load_error("open", errno);
+
+  s.skel->rodata->filter_by_tgid = true;
+  uint32_t entries = static_cast<uint32_t>(std::max<size_t>(tgids.size(), 1));
+  if (int err = bpf_map__set_max_entries(s.skel->maps.target_tgids, entries)) {
+    return load_error("sizing the tgid map", err);
+  }
+  if (int err = task_snapshot_bpf__load(s.skel)) return load_error("", err);
+
+  int map_fd = bpf_map__fd(s.skel->maps.target_tgids);
+  for (int tgid : tgids) {
+    if (tgid <= 0) continue;
+    uint32_t key = static_cast<uint32_t>(tgid);
+    uint8_t one = 1;
+    if (bpf_map_update_elem(map_fd, &key, &one, BPF_ANY) != 0) {
+      return load_error("filling the tgid map", errno);
+    }
+  }
+
+  s.link = bpf_program__attach_iter(s.skel->progs.ht_task_snapshot, nullptr);
+  if (!s.link) return load_error("attaching the iterator", errno);
+  s.iter_fd = bpf_iter_create(bpf_link__fd(s.link));
+  if (s.iter_fd < 0) return load_error("creating the iterator", errno);
+
+  // The kernel never splits a record across seq_file buffers, but read()
+  // may hand back any byte count, so collect everything before parsing.
+  std::string bytes;
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = read(s.iter_fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // EAGAIN here means the iteration hit its restart limit; a partial
+      // snapshot would misreport which threads exist, so fail instead.
+      return make_error(fmt::format("failed to read BPF task iterator: {}", std::strerror(errno)));
+    }
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  if (bytes.size() % sizeof(ht_task_record) != 0) {
+    return make_error(fmt::format(
+        "failed to read BPF task iterator: {} bytes is not a whole number of {}-byte records",
+        bytes.size(), sizeof(ht_task_record)));
+  }
+
+  std::vector<KernelTaskSample> out;
+  out.reserve(bytes.size() / sizeof(ht_task_record));
+  for (size_t off = 0; off < bytes.size(); off += sizeof(ht_task_record)) {
+    ht_task_record rec;
+    std::memcpy(&rec, bytes.data() + off, sizeof rec);
+    if (rec.abi_version != HT_ABI_VERSION) {
+      return make_error(
+          fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
+                      rec.abi_version, HT_ABI_VERSION));
+    }
+    out.push_back(to_sample(rec));
+  }
+  return out;
+}
+
+}  // namespace hangtrace

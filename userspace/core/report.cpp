@@ -1,0 +1,244 @@
+#include "hangtrace/report.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <map>
+#include <set>
+
+namespace hangtrace {
+namespace {
+
+const char* role_name(ProcessRole r) {
+  switch (r) {
+    case ProcessRole::Target: return "target";
+    case ProcessRole::Descendant: return "descendant";
+    case ProcessRole::Peer: return "peer";
+  }
+  return "target";
+}
+
+std::string blocked_text(const ThreadWait& w) {
+  if (w.activity == Activity::Running) return "-";
+  if (!w.blocked_s) return "?";
+  double s = *w.blocked_s;
+  if (s >= 3600) return fmt::format("{:.1f}h", s / 3600);
+  if (s >= 120) return fmt::format("{:.1f}m", s / 60);
+  return fmt::format("{:.1f}s", s);
+}
+
+std::string truncate(const std::string& s, size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
+
+std::string local_time(double unix_s) {
+  std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOptions& opt) {
+  std::string out;
+  auto line = [&](const std::string& s = "") { out += s + "\n"; };
+  const ProcessInfo* target = snap.process(snap.target_pid);
+  line(fmt::format("hangtrace {} | pid {} ({}) | {} | kernel {} | {}", snap.hangtrace_version,
+                   snap.target_pid, target ? truncate(target->cmdline.empty() ? target->comm : target->cmdline, 60) : "?",
+                   snap.hostname, snap.kernel_release, local_time(snap.taken_at_unix)));
+  line();
+  line(fmt::format("VERDICT: {}", d.verdict.summary));
+
+  if (!d.findings.empty()) {
+    const Finding& top = d.findings.front();
+    if (!top.chain.empty()) {
+      line();
+      line("WAIT CHAIN");
+      std::string indent = "  ";
+      line(indent + top.chain.front().from);
+      for (const auto& step : top.chain) {
+        line(fmt::format("{}└─ {} {}", indent, step.edge, step.to));
+        indent += "   ";
+      }
+      if (top.kind == "orphaned-lock" || top.kind == "dead-peer")
+        line(fmt::format("{}✗ nothing alive can end this wait", indent));
+      else if (top.kind == "deadlock-cycle")
+        line(fmt::format("{}↺ back to the start: a cycle", indent));
+    }
+    if (!top.advice.empty()) {
+      line();
+      line("FIX");
+      for (const auto& a : top.advice) line("  - " + a);
+    }
+  }
+
+  // Threads that appear in findings are always listed; the rest are grouped.
+  std::set<int> interesting;
+  for (const auto& f : d.findings) interesting.insert(f.tids.begin(), f.tids.end());
+  line();
+  line("PROCESSES AND THREADS");
+  line(fmt::format("  {:<8} {:<10} {:<5} {:>7}  {}", "PID", "ROLE", "STATE", "THREADS", "COMMAND"));
+  for (const auto& p : snap.processes) {
+    std::string role = p.role == ProcessRole::Target ? "main"
+                       : p.role == ProcessRole::Peer ? "peer"
+                       : p.ppid == snap.target_pid   ? "worker"
+                                                     : "descendant";
+    line(fmt::format("  {:<8} {:<10} {:<5} {:>7}  {}", p.pid, role, std::string(1, p.state), p.threads.size(),
+                     truncate(p.cmdline.empty() ? p.comm : p.cmdline, 70)));
+  }
+  line();
+  line(fmt::format("  {:<8} {:<8} {:<16} {:<11} {:>7}  {}", "TID", "PID", "COMM", "ACTIVITY", "BLOCKED", "WAIT"));
+  for (const auto& p : snap.processes) {
+    std::map<std::string, std::vector<int>> grouped;  // summary -> tids
+    for (const auto& t : p.threads) {
+      auto it = d.graph.threads.find(t.tid);
+      if (it == d.graph.threads.end()) continue;
+      const ThreadWait& w = it->second;
+      bool show = opt.verbosity > 0 || t.tid == p.pid || interesting.count(t.tid);
+      if (!show) {
+        grouped[fmt::format("{} {}", activity_name(w.activity), w.summary)].push_back(t.tid);
+        continue;
+      }
+      line(fmt::format("  {:<8} {:<8} {:<16} {:<11} {:>7}  {}", t.tid, p.pid, truncate(t.comm, 16),
+                       activity_name(w.activity), blocked_text(w), truncate(w.summary, 90)));
+      if (opt.verbosity > 0 && !w.syscall_text.empty()) line(fmt::format("{:>58}{}", "", truncate(w.syscall_text, 100)));
+      if (opt.verbosity > 1 && !w.kernel_stack.empty()) {
+        for (const auto& fn : w.kernel_stack) line(fmt::format("{:>58}k {}", "", fn));
+      }
+    }
+    for (const auto& [summary, tids] : grouped) {
+      line(fmt::format("  {:<8} {:<8} {:<16} {}", fmt::format("+{}", tids.size()), p.pid, "other threads",
+                       truncate(summary, 100)));
+    }
+  }
+
+  if (!d.findings.empty()) {
+    line();
+    line("FINDINGS");
+    for (const auto& f : d.findings) {
+      line(fmt::format("[{}] {} {} {} | pids {}", f.id, severity_name(f.severity), confidence_name(f.confidence),
+                       f.kind, fmt::join(f.pids, ", ")));
+      line("  " + f.summary);
+      if (!f.evidence.empty()) {
+        line("  evidence:");
+        for (const auto& e : f.evidence) line("    - " + e);
+      }
+      if (&f != &d.findings.front() && !f.advice.empty()) {
+        line("  fix:");
+        for (const auto& a : f.advice) line("    - " + a);
+      }
+    }
+  }
+
+  if (snap.shm.available) {
+    line();
+    double pct = snap.shm.size_bytes ? 100.0 * snap.shm.used_bytes / snap.shm.size_bytes : 0;
+    line(fmt::format("/dev/shm of the target: {:.1f} MiB used of {:.1f} MiB ({:.0f}%), {} segment(s) listed",
+                     snap.shm.used_bytes / 1048576.0, snap.shm.size_bytes / 1048576.0, pct, snap.shm.largest.size()));
+  }
+  if (!snap.limitations.empty()) {
+    line();
+    line("NOT SEEN");
+    for (const auto& l : snap.limitations) line("  - " + l);
+  }
+  return out;
+}
+
+nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d) {
+  using nlohmann::json;
+  json j;
+  j["schema"] = kReportSchema;
+  j["hangtrace_version"] = snap.hangtrace_version;
+  j["hostname"] = snap.hostname;
+  j["kernel_release"] = snap.kernel_release;
+  j["taken_at_unix"] = snap.taken_at_unix;
+  j["sample_window_s"] = snap.sample_window_s;
+  j["target_pid"] = snap.target_pid;
+  j["verdict"] = {{"status", d.verdict.status}, {"summary", d.verdict.summary}};
+
+  json findings = json::array();
+  for (const auto& f : d.findings) {
+    json chain = json::array();
+    for (const auto& s : f.chain) chain.push_back({{"from", s.from}, {"edge", s.edge}, {"to", s.to}});
+    findings.push_back({{"id", f.id},
+                        {"kind", f.kind},
+                        {"severity", severity_name(f.severity)},
+                        {"confidence", confidence_name(f.confidence)},
+                        {"pids", f.pids},
+                        {"tids", f.tids},
+                        {"summary", f.summary},
+                        {"chain", chain},
+                        {"evidence", f.evidence},
+                        {"advice", f.advice},
+                        {"details", f.details}});
+  }
+  j["findings"] = findings;
+
+  json processes = json::array();
+  for (const auto& p : snap.processes) {
+    json threads = json::array();
+    for (const auto& t : p.threads) {
+      json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)}};
+      auto it = d.graph.threads.find(t.tid);
+      if (it != d.graph.threads.end()) {
+        const ThreadWait& w = it->second;
+        jt["activity"] = activity_name(w.activity);
+        jt["blocked_s"] = w.blocked_s ? json(*w.blocked_s) : json(nullptr);
+        jt["syscall"] = w.syscall_text.empty() ? json(nullptr) : json(w.syscall_text);
+        jt["wait"] = {{"kind", wait_class_name(w.wait_class)},
+                      {"summary", w.summary},
+                      {"objects", w.objects},
+                      {"timeout_s", w.timeout_s ? json(*w.timeout_s) : json(nullptr)}};
+        jt["kernel_stack"] = w.kernel_stack;
+        jt["progressed"] = w.progressed;
+      }
+      threads.push_back(jt);
+    }
+    processes.push_back({{"pid", p.pid},
+                         {"ppid", p.ppid},
+                         {"comm", p.comm},
+                         {"cmdline", p.cmdline},
+                         {"exe", p.exe},
+                         {"role", role_name(p.role)},
+                         {"state", std::string(1, p.state)},
+                         {"is_python", p.is_python},
+                         {"children", p.children},
+                         {"threads", threads}});
+  }
+  j["processes"] = processes;
+
+  json objects = json::array();
+  for (const auto& [id, o] : d.graph.objects) {
+    objects.push_back({{"id", id},
+                       {"kind", object_kind_name(o.kind)},
+                       {"label", o.label},
+                       {"waiters", o.waiters},
+                       {"releasers", o.releasers},
+                       {"holder_pids", o.holder_pids},
+                       {"ready", o.ready},
+                       {"external", o.external},
+                       {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
+                       {"notes", o.notes}});
+  }
+  j["objects"] = objects;
+
+  json segs = json::array();
+  for (const auto& s : snap.shm.largest)
+    segs.push_back({{"name", s.name}, {"size_bytes", s.size_bytes}, {"allocated_bytes", s.allocated_bytes},
+                    {"pids", s.mapped_by}});
+  j["shm"] = {{"available", snap.shm.available},
+              {"path", snap.shm.mount_path},
+              {"size_bytes", snap.shm.size_bytes},
+              {"used_bytes", snap.shm.used_bytes},
+              {"unlinked_mapped_bytes", snap.shm.unlinked_mapped_bytes},
+              {"largest", segs}};
+  j["deadlocked_tids"] = d.deadlocked_tids;
+  j["probably_deadlocked_tids"] = d.probably_deadlocked_tids;
+  j["limitations"] = snap.limitations;
+  return j;
+}
+
+}  // namespace hangtrace

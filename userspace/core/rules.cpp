@@ -1,0 +1,635 @@
+// Wait-for graph -> findings and a verdict.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <set>
+
+#include "hangtrace/analysis.h"
+
+namespace hangtrace {
+
+const char* severity_name(Severity s) {
+  switch (s) {
+    case Severity::Info: return "info";
+    case Severity::Warning: return "warning";
+    case Severity::Critical: return "critical";
+  }
+  return "info";
+}
+
+const char* confidence_name(Confidence c) { return c == Confidence::Certain ? "certain" : "probable"; }
+
+int exit_status_for(const Diagnosis& d) {
+  for (const auto& f : d.findings)
+    if (f.severity == Severity::Critical) return 2;
+  return 0;
+}
+
+namespace {
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", b / double(1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", b / double(1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+std::string duration(std::optional<double> s) {
+  if (!s) return "for an unknown time";
+  if (*s >= 3600) return fmt::format("for {:.1f} h", *s / 3600);
+  if (*s >= 120) return fmt::format("for {:.1f} min", *s / 60);
+  return fmt::format("for {:.1f} s", *s);
+}
+
+class Analyzer {
+ public:
+  Analyzer(const Snapshot& s, const AnalysisOptions& o) : snap_(s), opt_(o) {
+    d_.graph = build_wait_graph(s);
+  }
+
+  Diagnosis run() {
+    compute_deadlocked();
+    terminal_causes();
+    cycles();
+    network_waits();
+    shm_exhausted();
+    finish();
+    return std::move(d_);
+  }
+
+ private:
+  const Snapshot& snap_;
+  AnalysisOptions opt_;
+  Diagnosis d_;
+  std::set<int> strict_, lenient_;  // deadlocked: timed waits live / not live
+  std::set<std::string> explained_objects_;
+
+  const WaitGraph& g() const { return d_.graph; }
+
+  // ---- labels ---------------------------------------------------------------
+  std::string role_of(int pid) const {
+    const ProcessInfo* p = snap_.process(pid);
+    if (!p) return "process";
+    if (p->role == ProcessRole::Target) return "main";
+    if (p->role == ProcessRole::Peer) return "peer";
+    return p->ppid == snap_.target_pid ? "worker" : "descendant";
+  }
+
+  std::string thread_label(int tid) const {
+    auto it = g().tid_to_pid.find(tid);
+    int pid = it == g().tid_to_pid.end() ? tid : it->second;
+    const ProcessInfo* p = snap_.process(pid);
+    std::string comm = p ? p->comm : "?";
+    if (tid == pid) return fmt::format("{} {} ({})", role_of(pid), pid, comm);
+    std::string tcomm;
+    if (p)
+      for (const auto& t : p->threads)
+        if (t.tid == tid) tcomm = t.comm;
+    return fmt::format("thread {} ({}) of {} {}", tid, tcomm, role_of(pid), pid);
+  }
+
+  const ThreadWait* wait_of(int tid) const {
+    auto it = g().threads.find(tid);
+    return it == g().threads.end() ? nullptr : &it->second;
+  }
+
+  int pid_of(int tid) const {
+    auto it = g().tid_to_pid.find(tid);
+    return it == g().tid_to_pid.end() ? tid : it->second;
+  }
+
+  // ---- which threads can never move on ----------------------------------------
+  bool live(const ThreadWait& w, bool timed_is_live) const {
+    switch (w.activity) {
+      case Activity::Running:
+      case Activity::Sleeping:
+      case Activity::DiskWait:
+      case Activity::Stopped:
+      case Activity::Unknown:
+        return true;
+      case Activity::Dead:
+        return false;
+      case Activity::TimedWait:
+        if (timed_is_live || w.progressed) return true;
+        [[fallthrough]];
+      case Activity::Blocked:
+        for (const auto& id : w.objects) {
+          const WaitObject& o = g().objects.at(id);
+          if (o.ready || o.external) return true;
+        }
+        return w.objects.empty();  // a wait we could not resolve: don't guess
+    }
+    return true;
+  }
+
+  std::set<int> deadlocked(bool timed_is_live) const {
+    std::map<int, std::vector<int>> dependents;  // releaser -> threads it could free
+    std::deque<int> queue;
+    std::set<int> can_progress;
+    for (const auto& [tid, w] : g().threads) {
+      for (int r : g().depends_on(tid)) dependents[r].push_back(tid);
+      if (live(w, timed_is_live) && w.activity != Activity::Dead) {
+        can_progress.insert(tid);
+        queue.push_back(tid);
+      }
+    }
+    while (!queue.empty()) {
+      int r = queue.front();
+      queue.pop_front();
+      for (int t : dependents[r])
+        if (can_progress.insert(t).second) queue.push_back(t);
+    }
+    std::set<int> out;
+    for (const auto& [tid, w] : g().threads)
+      if ((w.activity == Activity::Blocked || w.activity == Activity::TimedWait) && !can_progress.count(tid))
+        out.insert(tid);
+    return out;
+  }
+
+  void compute_deadlocked() {
+    strict_ = deadlocked(true);
+    lenient_ = deadlocked(false);
+    d_.deadlocked_tids.assign(strict_.begin(), strict_.end());
+    for (int t : lenient_)
+      if (!strict_.count(t)) d_.probably_deadlocked_tids.push_back(t);
+  }
+
+  Confidence confidence_for(const std::vector<int>& tids) const {
+    for (int t : tids)
+      if (!strict_.count(t)) return Confidence::Probable;
+    return Confidence::Certain;
+  }
+
+  // ---- chains -------------------------------------------------------------------
+  // Shortest wait chain from `from` to `to` through the graph: thread -> object ->
+  // releaser thread -> ...; empty when `to` is not reachable.
+  std::vector<ChainStep> chain(int from, int to) const {
+    if (from == to) return {};
+    std::map<int, std::pair<int, std::string>> parent;  // tid -> (prev tid, via object)
+    std::deque<int> q{from};
+    parent[from] = {from, ""};
+    while (!q.empty()) {
+      int t = q.front();
+      q.pop_front();
+      if (t == to) break;
+      const ThreadWait* w = wait_of(t);
+      if (!w) continue;
+      for (const auto& id : w->objects) {
+        const WaitObject& o = g().objects.at(id);
+        for (int r : o.releasers)
+          if (!parent.count(r)) {
+            parent[r] = {t, id};
+            q.push_back(r);
+          }
+      }
+    }
+    if (!parent.count(to)) return {};
+    std::vector<std::pair<int, std::string>> path;
+    for (int t = to; t != from; t = parent[t].first) path.push_back({t, parent[t].second});
+    std::reverse(path.begin(), path.end());
+    std::vector<ChainStep> steps;
+    int prev = from;
+    for (auto& [t, via] : path) {
+      const WaitObject& o = g().objects.at(via);
+      steps.push_back({thread_label(prev), "waits on", o.label});
+      steps.push_back({o.label, "can be released only by", thread_label(t)});
+      prev = t;
+    }
+    return steps;
+  }
+
+  void add_main_chain(Finding& f, int cause_tid, const std::string& cause_object) {
+    const int main_tid = snap_.target_pid;
+    std::vector<ChainStep> steps = chain(main_tid, cause_tid);
+    if (!steps.empty() || main_tid == cause_tid) {
+      f.chain = steps;
+      f.details["main_waits_on_it"] = true;
+    }
+    if (!cause_object.empty()) {
+      const WaitObject& o = g().objects.at(cause_object);
+      f.chain.push_back({thread_label(cause_tid), "waits on", o.label});
+    }
+  }
+
+  bool reachable_from_main(int tid) const {
+    return tid == snap_.target_pid || !chain(snap_.target_pid, tid).empty();
+  }
+
+  void add_thread_evidence(Finding& f, int tid) const {
+    const ThreadWait* w = wait_of(tid);
+    if (!w) return;
+    std::string line = fmt::format("{} {} in {} {}", thread_label(tid), activity_name(w->activity),
+                                   w->syscall_text.empty() ? "?" : w->syscall_text, duration(w->blocked_s));
+    if (!w->kernel_stack.empty()) {
+      std::vector<std::string> top(w->kernel_stack.begin(),
+                                   w->kernel_stack.begin() + std::min<size_t>(4, w->kernel_stack.size()));
+      line += fmt::format("; kernel: {}", fmt::join(top, " <- "));
+    }
+    f.evidence.push_back(line);
+  }
+
+  static void add_unique(std::vector<int>& v, int x) {
+    if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+  }
+
+  // ---- orphaned-lock and dead-peer --------------------------------------------
+  void terminal_causes() {
+    // Group per object; forked copies of one private lock share an address and
+    // an owner, so they become one finding.
+    std::map<std::string, std::vector<std::string>> groups;
+    for (const auto& [id, o] : g().objects) {
+      if (o.ready || o.external) continue;
+      bool waiters_stuck = !o.waiters.empty();
+      for (int t : o.waiters) waiters_stuck = waiters_stuck && lenient_.count(t);
+      if (!waiters_stuck) continue;
+      // A thread waiting on a mutex it owns itself is a cycle of one (cycles()).
+      if (o.owner_tid && std::count(o.waiters.begin(), o.waiters.end(), *o.owner_tid)) continue;
+      bool no_releaser = o.releasers.empty();
+      bool self_only = o.only_self_holders && o.kind != ObjectKind::Futex;
+      if (!no_releaser && !self_only) continue;
+      std::string key = id;
+      if (o.kind == ObjectKind::Futex && id.rfind("futex:private:", 0) == 0) {
+        key = "futex-private:" + id.substr(id.rfind(':') + 1) + ":" +
+              (o.owner_tid ? std::to_string(*o.owner_tid) : "-");
+      }
+      groups[key].push_back(id);
+    }
+    for (const auto& [key, ids] : groups) {
+      const WaitObject& first = g().objects.at(ids.front());
+      Finding f;
+      std::vector<int> waiters;
+      for (const auto& id : ids)
+        for (int t : g().objects.at(id).waiters) add_unique(waiters, t);
+      std::sort(waiters.begin(), waiters.end());
+      for (int t : waiters) {
+        add_unique(f.tids, t);
+        add_unique(f.pids, pid_of(t));
+      }
+      f.confidence = confidence_for(waiters);
+      f.severity = Severity::Critical;
+      for (const auto& id : ids) explained_objects_.insert(id);
+      std::string who = waiters.size() == 1 ? thread_label(waiters[0])
+                                            : fmt::format("{} threads ({})", waiters.size(),
+                                                          thread_label(waiters[0]) + ", ...");
+      if (first.kind == ObjectKind::Futex) {
+        f.kind = "orphaned-lock";
+        f.rank = 10;
+        bool foreign_owner = false;
+        std::string reason;
+        if (first.owner_tid) {
+          auto it = g().tid_to_pid.find(*first.owner_tid);
+          foreign_owner = it != g().tid_to_pid.end() && it->second != pid_of(waiters[0]);
+          reason = foreign_owner
+                       ? fmt::format("the lock's owner TID {} is a thread of process {}, not of the waiter: "
+                                     "the lock was copied in its locked state by fork()",
+                                     *first.owner_tid, it->second)
+                       : fmt::format("the lock's owner TID {} is not alive", *first.owner_tid);
+        } else if (first.id.rfind("futex:private:", 0) == 0) {
+          const ProcessInfo* p = snap_.process(pid_of(waiters[0]));
+          size_t n = p ? p->threads.size() : 0;
+          reason = n <= 1 ? "the waiting process has a single thread and the lock is private to it: "
+                            "nobody can ever unlock it (a lock inherited across fork in its locked state)"
+                          : "every other thread that could unlock it is itself stuck";
+        } else {
+          reason = "every process that maps this lock is stuck";
+        }
+        f.details["reason"] = reason;
+        f.details["owner_tid"] = first.owner_tid ? nlohmann::json(*first.owner_tid) : nlohmann::json(nullptr);
+        f.details["lock"] = first.label;
+        f.summary = fmt::format("{} wait{} forever on {} that no live thread can release: {}", who,
+                                waiters.size() == 1 ? "s" : "", first.label, reason);
+        f.advice = {
+            "A lock was held (by another thread) at the moment the process forked; the child got a copy "
+            "that is locked forever. Start DataLoader workers with multiprocessing_context='spawn' (or "
+            "'forkserver'), or torch.multiprocessing.set_start_method('spawn').",
+            "Or make sure no thread holds a lock when workers are forked: create the DataLoader iterator "
+            "(and persistent_workers) before starting background threads, and don't take locks in "
+            "Dataset.__getitem__ that the main process also uses.",
+        };
+      } else {
+        f.kind = "dead-peer";
+        f.rank = 12;
+        std::string reason;
+        if (first.kind == ObjectKind::Child)
+          reason = "no child that could end this wait is alive";
+        else if (first.only_self_holders)
+          reason = "the other end is held only by the waiting process itself (an unused copy of the "
+                   "other end was never closed), and nothing in it will write";
+        else
+          reason = "no live process holds the other end";
+        f.summary = fmt::format("{} waits on {} but {}", who, first.label, reason);
+        f.details["object"] = first.label;
+        f.details["reason"] = reason;
+        for (int pid : f.pids) {
+          const ProcessInfo* p = snap_.process(pid);
+          if (!p) continue;
+          for (int c : p->children) {
+            const ProcessInfo* cp = snap_.process(c);
+            if (cp && (cp->state == 'Z' || cp->state == 'X'))
+              f.evidence.push_back(fmt::format("child {} ({}) has exited and was not reaped (zombie){}",
+                                               c, cp->comm,
+                                               cp->exit_signal ? fmt::format(", exit code {}", *cp->exit_signal)
+                                                               : ""));
+          }
+        }
+        f.advice = {
+            "Close the unused end of every pipe/socketpair right after fork (the reader never sees EOF "
+            "while any process, itself included, holds the write end).",
+            "Find out why the peer went away (exit status, OOM kill: dmesg / journalctl -k), and give "
+            "blocking reads a timeout (DataLoader(timeout=...), socket.settimeout).",
+        };
+      }
+      for (const auto& n : first.notes) f.evidence.push_back(n);
+      for (int t : waiters) add_thread_evidence(f, t);
+      add_main_chain(f, waiters.front(), "");
+      if (!f.chain.empty() || reachable_from_main(waiters.front())) f.rank -= 5;
+      d_.findings.push_back(std::move(f));
+    }
+  }
+
+  // ---- deadlock-cycle -------------------------------------------------------------
+  void cycles() {
+    // Strongly connected components of the dependency graph among stuck threads.
+    std::vector<int> nodes(lenient_.begin(), lenient_.end());
+    std::map<int, int> index, low;
+    std::set<int> on_stack;
+    std::vector<int> stack;
+    std::vector<std::vector<int>> sccs;
+    int counter = 0;
+    std::function<void(int)> strong = [&](int v) {
+      index[v] = low[v] = counter++;
+      stack.push_back(v);
+      on_stack.insert(v);
+      for (int w : g().depends_on(v)) {
+        if (!lenient_.count(w)) continue;
+        if (!index.count(w)) {
+          strong(w);
+          low[v] = std::min(low[v], low[w]);
+        } else if (on_stack.count(w)) {
+          low[v] = std::min(low[v], index[w]);
+        }
+      }
+      if (low[v] == index[v]) {
+        std::vector<int> comp;
+        int w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack.erase(w);
+          comp.push_back(w);
+        } while (w != v);
+        sccs.push_back(comp);
+      }
+    };
+    for (int v : nodes)
+      if (!index.count(v)) strong(v);
+
+    for (auto& comp : sccs) {
+      std::set<int> members(comp.begin(), comp.end());
+      std::set<int> pids;
+      for (int t : comp) pids.insert(pid_of(t));
+      bool self_loop = false;
+      if (comp.size() == 1) {
+        // A thread waiting on a lock it owns itself.
+        const ThreadWait* w = wait_of(comp[0]);
+        for (const auto& id : w->objects) {
+          const WaitObject& o = g().objects.at(id);
+          if (o.owner_tid && *o.owner_tid == comp[0]) self_loop = true;
+        }
+        if (!self_loop) continue;
+      }
+      // One process holding both ends of its own pipe (multiprocessing queues)
+      // forms cycles that explain nothing; a cycle must cross processes or go
+      // through locks whose owners are known.
+      bool owner_edges_only = true;
+      for (int t : comp)
+        for (const auto& id : wait_of(t)->objects) {
+          const WaitObject& o = g().objects.at(id);
+          if (!o.owner_tid) owner_edges_only = false;
+        }
+      if (pids.size() < 2 && !owner_edges_only && !self_loop) continue;
+
+      int start = members.count(snap_.target_pid) ? snap_.target_pid : *members.begin();
+      std::vector<std::pair<int, std::string>> cycle = shortest_cycle(start, members);
+      Finding f;
+      f.kind = "deadlock-cycle";
+      f.severity = Severity::Critical;
+      f.rank = 20;
+      std::vector<int> cycle_tids;
+      for (auto& [t, via] : cycle) cycle_tids.push_back(t);
+      f.confidence = confidence_for(cycle_tids);
+      std::vector<std::string> drawn;
+      int prev = start;
+      for (auto& [t, via] : cycle) {
+        const WaitObject& o = g().objects.at(via);
+        f.chain.push_back({thread_label(prev), "waits on", o.label});
+        f.chain.push_back({o.label, "can be released only by", thread_label(t)});
+        drawn.push_back(thread_label(prev));
+        drawn.push_back(o.label);
+        explained_objects_.insert(via);
+        add_unique(f.tids, prev);
+        add_unique(f.pids, pid_of(prev));
+        prev = t;
+      }
+      drawn.push_back(thread_label(start));
+      for (int t : comp) {
+        add_unique(f.tids, t);
+        add_unique(f.pids, pid_of(t));
+      }
+      f.details["cycle"] = drawn;
+      f.details["threads_in_knot"] = comp.size();
+      f.summary = fmt::format("deadlock: {}", fmt::join(drawn, " -> "));
+      bool has_timed = false;
+      for (int t : cycle_tids) {
+        add_thread_evidence(f, t);
+        const ThreadWait* w = wait_of(t);
+        if (w->activity == Activity::TimedWait) has_timed = true;
+      }
+      for (auto& [t, via] : cycle)
+        for (const auto& n : g().objects.at(via).notes) f.evidence.push_back(n);
+      if (has_timed)
+        f.evidence.push_back(fmt::format(
+            "some waits have timeouts, but no thread in the cycle used CPU or did I/O in {:.2f} s: a "
+            "retry loop that goes back to the same wait",
+            snap_.sample_window_s));
+      f.advice = {
+          "Break the cycle: never hold a lock (multiprocessing.Lock, threading.Lock) while waiting for "
+          "another process or thread that may need the same lock; release it before q.get()/next(loader).",
+          "Give the waits a timeout so the job fails loudly instead of hanging (DataLoader(timeout=...), "
+          "Queue.get(timeout=...)).",
+      };
+      d_.findings.push_back(std::move(f));
+    }
+  }
+
+  // BFS within `members` from start back to start; returns (thread, via object)
+  // hops. Releasers in other processes are tried first so the drawn cycle shows
+  // the cross-process wait rather than a thread's own helper threads.
+  std::vector<std::pair<int, std::string>> shortest_cycle(int start, const std::set<int>& members) const {
+    std::map<int, std::pair<int, std::string>> parent;
+    std::deque<int> q{start};
+    std::optional<std::pair<int, std::string>> closing;
+    std::set<int> visited{start};
+    while (!q.empty() && !closing) {
+      int t = q.front();
+      q.pop_front();
+      std::vector<std::pair<int, std::string>> next;
+      for (const auto& id : wait_of(t)->objects)
+        for (int r : g().objects.at(id).releasers)
+          if (members.count(r)) next.push_back({r, id});
+      std::stable_sort(next.begin(), next.end(), [&](const auto& a, const auto& b) {
+        return (pid_of(a.first) != pid_of(t)) > (pid_of(b.first) != pid_of(t));
+      });
+      for (auto& [r, id] : next) {
+        if (r == start) {
+          closing = std::make_pair(t, id);
+          break;
+        }
+        if (visited.insert(r).second) {
+          parent[r] = {t, id};
+          q.push_back(r);
+        }
+      }
+    }
+    std::vector<std::pair<int, std::string>> hops;
+    if (!closing) return hops;
+    hops.push_back({start, closing->second});
+    for (int t = closing->first; t != start; t = parent[t].first) hops.push_back({t, parent[t].second});
+    std::reverse(hops.begin(), hops.end());
+    // hops[i] = (thread reached, object through which it was reached)
+    return hops;
+  }
+
+  // ---- network-wait -----------------------------------------------------------------
+  void network_waits() {
+    for (const auto& [tid, w] : g().threads) {
+      if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) continue;
+      for (const auto& id : w.objects) {
+        const WaitObject& o = g().objects.at(id);
+        if (o.kind != ObjectKind::TcpSocket && o.kind != ObjectKind::UdpSocket) continue;
+        if (o.ready || o.remote.empty() || o.remote.find(":0") == o.remote.size() - 2) continue;
+        if (w.blocked_s && *w.blocked_s < opt_.stall_after_s) continue;
+        Finding f;
+        f.kind = "network-wait";
+        f.rank = 30;
+        f.confidence = Confidence::Certain;
+        add_unique(f.tids, tid);
+        add_unique(f.pids, w.pid);
+        bool main_waits = reachable_from_main(tid);
+        f.severity = main_waits && w.blocked_s ? Severity::Critical : Severity::Warning;
+        std::vector<int> peer_pids;
+        for (int pid : o.holder_pids) add_unique(peer_pids, pid);
+        f.details["local"] = o.local;
+        f.details["remote"] = o.remote;
+        f.details["peer_pids"] = peer_pids;
+        f.details["blocked_s"] = w.blocked_s ? nlohmann::json(*w.blocked_s) : nlohmann::json(nullptr);
+        f.details["remote_on_this_host"] = !o.external;
+        std::string peer_text;
+        if (!peer_pids.empty()) {
+          std::vector<std::string> parts;
+          for (int pid : peer_pids) {
+            const ThreadWait* pw = wait_of(pid);
+            parts.push_back(fmt::format("{}{}", thread_label(pid), pw ? ", which " + pw->summary : ""));
+          }
+          peer_text = fmt::format("; the other end is held by {}", fmt::join(parts, "; "));
+        } else if (o.external) {
+          peer_text = "; the other end is not on this host";
+        }
+        f.summary = fmt::format("{} has been waiting on the network {} ({} -> {}){}", thread_label(tid),
+                                duration(w.blocked_s), o.local, o.remote, peer_text);
+        add_thread_evidence(f, tid);
+        for (int pid : peer_pids) add_thread_evidence(f, pid);
+        for (const auto& n : o.notes) f.evidence.push_back(n);
+        if (main_waits) add_main_chain(f, tid, id);
+        f.advice = {
+            "Give network calls a timeout (socket.settimeout, requests.get(..., timeout=...), "
+            "socket.setdefaulttimeout) so a silent server fails the step instead of hanging it.",
+            "Download datasets and weights before training starts (and cache them); check proxy and "
+            "firewall settings on this node.",
+            "For torch.distributed/gloo: pass timeout= to init_process_group and set "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL (NCCL_DEBUG=INFO for NCCL) to see which rank is missing.",
+        };
+        explained_objects_.insert(id);
+        d_.findings.push_back(std::move(f));
+      }
+    }
+  }
+
+  // ---- shm-exhausted ------------------------------------------------------------------
+  void shm_exhausted() {
+    const ShmInfo& shm = snap_.shm;
+    if (!shm.available || shm.size_bytes == 0) return;
+    double ratio = static_cast<double>(shm.used_bytes) / static_cast<double>(shm.size_bytes);
+    if (ratio < opt_.shm_full_ratio) return;
+    Finding f;
+    f.kind = "shm-exhausted";
+    f.severity = Severity::Critical;
+    f.confidence = Confidence::Certain;
+    f.rank = 8;
+    f.summary = fmt::format("{} is {:.0f}% full ({} of {}): DataLoader workers cannot hand over tensors "
+                            "(they block or die of SIGBUS)",
+                            shm.mount_path.empty() ? "/dev/shm" : shm.mount_path, ratio * 100,
+                            human_bytes(shm.used_bytes), human_bytes(shm.size_bytes));
+    nlohmann::json segments = nlohmann::json::array();
+    for (const auto& seg : shm.largest) {
+      segments.push_back({{"name", seg.name}, {"size_bytes", seg.allocated_bytes}, {"pids", seg.mapped_by}});
+      for (int pid : seg.mapped_by) add_unique(f.pids, pid);
+      f.evidence.push_back(fmt::format("{} {} held by {}", seg.name, human_bytes(seg.allocated_bytes),
+                                       seg.mapped_by.empty() ? std::string("nobody (leaked)")
+                                                             : fmt::format("pids {}", fmt::join(seg.mapped_by, ", "))));
+    }
+    if (shm.unlinked_mapped_bytes)
+      f.evidence.push_back(fmt::format("{} in unlinked segments still mapped (torch shared tensors)",
+                                       human_bytes(shm.unlinked_mapped_bytes)));
+    f.details["size_bytes"] = shm.size_bytes;
+    f.details["used_bytes"] = shm.used_bytes;
+    f.details["segments"] = segments;
+    f.advice = {
+        "Give the container a bigger /dev/shm: docker run --shm-size=16g (Kubernetes: an emptyDir with "
+        "medium: Memory mounted at /dev/shm).",
+        "Or torch.multiprocessing.set_sharing_strategy('file_system'), fewer num_workers / a smaller "
+        "prefetch_factor, and don't keep whole batches alive longer than needed.",
+    };
+    d_.findings.push_back(std::move(f));
+  }
+
+  // ---- verdict --------------------------------------------------------------------------
+  void finish() {
+    std::stable_sort(d_.findings.begin(), d_.findings.end(), [](const Finding& a, const Finding& b) {
+      if (a.severity != b.severity) return a.severity > b.severity;
+      if (a.confidence != b.confidence) return a.confidence > b.confidence;
+      return a.rank < b.rank;
+    });
+    for (size_t i = 0; i < d_.findings.size(); ++i) d_.findings[i].id = fmt::format("F{}", i + 1);
+    size_t threads = g().threads.size(), blocked = 0, timed = 0;
+    for (const auto& [tid, w] : g().threads) {
+      if (w.activity == Activity::Blocked) ++blocked;
+      if (w.activity == Activity::TimedWait) ++timed;
+    }
+    if (!d_.findings.empty() && d_.findings.front().severity == Severity::Critical) {
+      d_.verdict.status = "hang";
+      d_.verdict.summary = fmt::format("HANG ({}, {}): {}", d_.findings.front().kind,
+                                       confidence_name(d_.findings.front().confidence),
+                                       d_.findings.front().summary);
+    } else if (!d_.findings.empty()) {
+      d_.verdict.status = "suspect";
+      d_.verdict.summary = fmt::format("no hang proven, but: {}", d_.findings.front().summary);
+    } else {
+      d_.verdict.status = "ok";
+      d_.verdict.summary = fmt::format(
+          "no hang found: {} threads in {} processes, {} blocked without timeout, {} in timed waits, none "
+          "stuck in a wait that can never end",
+          threads, snap_.processes.size(), blocked, timed);
+    }
+  }
+};
+
+}  // namespace
+
+Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options) {
+  return Analyzer(snapshot, options).run();
+}
+
+}  // namespace hangtrace

@@ -1,0 +1,313 @@
+#include "hangtrace/snapshot_json.h"
+
+#include <fmt/format.h>
+
+namespace hangtrace {
+
+using nlohmann::json;
+
+namespace {
+
+const char* fd_kind_name(FdKind k) {
+  switch (k) {
+    case FdKind::Unknown: return "unknown";
+    case FdKind::Pipe: return "pipe";
+    case FdKind::Socket: return "socket";
+    case FdKind::EventFd: return "eventfd";
+    case FdKind::Epoll: return "epoll";
+    case FdKind::TimerFd: return "timerfd";
+    case FdKind::SignalFd: return "signalfd";
+    case FdKind::PidFd: return "pidfd";
+    case FdKind::OtherAnon: return "anon";
+    case FdKind::File: return "file";
+    case FdKind::ShmFile: return "shm";
+    case FdKind::Device: return "device";
+  }
+  return "unknown";
+}
+
+FdKind fd_kind_from(const std::string& s) {
+  for (FdKind k : {FdKind::Pipe, FdKind::Socket, FdKind::EventFd, FdKind::Epoll, FdKind::TimerFd, FdKind::SignalFd,
+                   FdKind::PidFd, FdKind::OtherAnon, FdKind::File, FdKind::ShmFile, FdKind::Device})
+    if (s == fd_kind_name(k)) return k;
+  return FdKind::Unknown;
+}
+
+const char* mode_name(SyscallState::Mode m) {
+  switch (m) {
+    case SyscallState::Mode::Unknown: return "unknown";
+    case SyscallState::Mode::Running: return "running";
+    case SyscallState::Mode::InSyscall: return "syscall";
+    case SyscallState::Mode::User: return "user";
+  }
+  return "unknown";
+}
+
+SyscallState::Mode mode_from(const std::string& s) {
+  if (s == "running") return SyscallState::Mode::Running;
+  if (s == "syscall") return SyscallState::Mode::InSyscall;
+  if (s == "user") return SyscallState::Mode::User;
+  return SyscallState::Mode::Unknown;
+}
+
+const char* role_name(ProcessRole r) {
+  return r == ProcessRole::Target ? "target" : r == ProcessRole::Peer ? "peer" : "descendant";
+}
+
+ProcessRole role_from(const std::string& s) {
+  return s == "target" ? ProcessRole::Target : s == "peer" ? ProcessRole::Peer : ProcessRole::Descendant;
+}
+
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+template <class T>
+void get_opt(const json& j, const char* key, std::optional<T>& out) {
+  if (j.contains(key) && !j.at(key).is_null()) out = j.at(key).get<T>();
+}
+
+template <class T>
+void get_if(const json& j, const char* key, T& out) {
+  if (j.contains(key) && !j.at(key).is_null()) out = j.at(key).get<T>();
+}
+
+char state_char(const json& j, const char* key) {
+  std::string s = j.value(key, std::string("?"));
+  return s.empty() ? '?' : s[0];
+}
+
+}  // namespace
+
+json snapshot_to_json(const Snapshot& s) {
+  json j;
+  j["schema"] = kSnapshotSchema;
+  j["hangtrace_version"] = s.hangtrace_version;
+  j["hostname"] = s.hostname;
+  j["kernel_release"] = s.kernel_release;
+  j["taken_at_unix"] = s.taken_at_unix;
+  j["sample_window_s"] = s.sample_window_s;
+  j["target_pid"] = s.target_pid;
+  j["local_addresses"] = s.local_addresses;
+  j["limitations"] = s.limitations;
+  json procs = json::array();
+  for (const auto& p : s.processes) {
+    json jp = {{"pid", p.pid}, {"ppid", p.ppid}, {"comm", p.comm}, {"cmdline", p.cmdline}, {"exe", p.exe},
+               {"state", std::string(1, p.state)}, {"flags", p.flags}, {"role", role_name(p.role)},
+               {"is_python", p.is_python}, {"netns", p.netns}, {"mntns", p.mntns}, {"children", p.children},
+               {"exit_signal", opt(p.exit_signal)}};
+    json threads = json::array();
+    for (const auto& t : p.threads) {
+      json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)},
+                 {"syscall", {{"mode", mode_name(t.syscall.mode)}, {"nr", t.syscall.nr},
+                              {"args", std::vector<uint64_t>(t.syscall.args, t.syscall.args + 6)},
+                              {"sp", t.syscall.sp}, {"pc", t.syscall.pc}}},
+                 {"memory", {{"futex_word", opt(t.memory.futex_word)}, {"futex_bytes", t.memory.futex_bytes},
+                             {"poll_fds", t.memory.poll_fds}, {"timeout_s", opt(t.memory.timeout_s)},
+                             {"timeout_absolute", t.memory.timeout_absolute}}},
+                 {"voluntary_switches", t.voluntary_switches}, {"involuntary_switches", t.involuntary_switches},
+                 {"cpu_ns", {t.cpu_ns_start, t.cpu_ns_end}}, {"io_bytes", {t.io_bytes_start, t.io_bytes_end}},
+                 {"progress_sampled", t.progress_sampled}};
+      if (t.kernel) {
+        json stack = json::array();
+        for (const auto& f : t.kernel->stack) stack.push_back({{"addr", f.addr}, {"symbol", f.symbol}});
+        jt["kernel"] = {{"state", t.kernel->state}, {"task_flags", t.kernel->task_flags},
+                        {"on_cpu", t.kernel->on_cpu}, {"off_cpu_ns", t.kernel->off_cpu_ns},
+                        {"sum_exec_ns", t.kernel->sum_exec_ns}, {"nvcsw", t.kernel->nvcsw},
+                        {"nivcsw", t.kernel->nivcsw}, {"user_ip", t.kernel->user_ip},
+                        {"user_sp", t.kernel->user_sp}, {"user_bp", t.kernel->user_bp},
+                        {"stack", stack}, {"stack_error", t.kernel->stack_error}};
+      }
+      threads.push_back(jt);
+    }
+    jp["threads"] = threads;
+    json fds = json::array();
+    for (const auto& f : p.fds) {
+      json epoll = json::array();
+      for (const auto& e : f.epoll) epoll.push_back({{"fd", e.target_fd}, {"events", e.events}, {"inode", e.inode}});
+      fds.push_back({{"fd", f.fd}, {"link", f.link}, {"kind", fd_kind_name(f.kind)}, {"inode", f.inode},
+                     {"flags", f.flags}, {"pos", f.pos}, {"eventfd_id", opt(f.eventfd_id)}, {"epoll", epoll},
+                     {"ready_events", f.ready_events}, {"queued_bytes", f.queued_bytes}});
+    }
+    jp["fds"] = fds;
+    json maps = json::array();
+    for (const auto& m : p.maps)
+      maps.push_back({{"start", m.start}, {"end", m.end}, {"offset", m.offset}, {"perms", m.perms},
+                      {"dev", {m.dev_major, m.dev_minor}}, {"inode", m.inode}, {"path", m.path}});
+    jp["maps"] = maps;
+    procs.push_back(jp);
+  }
+  j["processes"] = procs;
+  json socks = json::array();
+  for (const auto& k : s.sockets)
+    socks.push_back({{"inode", k.inode}, {"netns", k.netns}, {"family", k.family}, {"state", k.state},
+                     {"local", k.local}, {"remote", k.remote}, {"rx_queue", k.rx_queue}, {"tx_queue", k.tx_queue},
+                     {"peer_inode", k.peer_inode}, {"remote_is_local_host", k.remote_is_local_host}});
+  j["sockets"] = socks;
+  json segs = json::array();
+  for (const auto& g : s.shm.largest)
+    segs.push_back({{"name", g.name}, {"size_bytes", g.size_bytes}, {"allocated_bytes", g.allocated_bytes},
+                    {"mapped_by", g.mapped_by}});
+  j["shm"] = {{"available", s.shm.available}, {"mount_path", s.shm.mount_path}, {"size_bytes", s.shm.size_bytes},
+              {"used_bytes", s.shm.used_bytes}, {"largest", segs},
+              {"unlinked_mapped_bytes", s.shm.unlinked_mapped_bytes}};
+  return j;
+}
+
+Result<Snapshot> snapshot_from_json(const json& j) {
+  try {
+    if (!j.is_object() || j.value("schema", std::string()) != kSnapshotSchema)
+      return make_error(fmt::format("not a hangtrace snapshot (expected schema \"{}\")", kSnapshotSchema));
+    Snapshot s;
+    get_if(j, "hangtrace_version", s.hangtrace_version);
+    get_if(j, "hostname", s.hostname);
+    get_if(j, "kernel_release", s.kernel_release);
+    get_if(j, "taken_at_unix", s.taken_at_unix);
+    get_if(j, "sample_window_s", s.sample_window_s);
+    s.target_pid = j.at("target_pid").get<int>();
+    get_if(j, "local_addresses", s.local_addresses);
+    get_if(j, "limitations", s.limitations);
+    for (const auto& jp : j.at("processes")) {
+      ProcessInfo p;
+      p.pid = jp.at("pid").get<int>();
+      get_if(jp, "ppid", p.ppid);
+      get_if(jp, "comm", p.comm);
+      get_if(jp, "cmdline", p.cmdline);
+      get_if(jp, "exe", p.exe);
+      p.state = state_char(jp, "state");
+      get_if(jp, "flags", p.flags);
+      p.role = role_from(jp.value("role", std::string("descendant")));
+      get_if(jp, "is_python", p.is_python);
+      get_if(jp, "netns", p.netns);
+      get_if(jp, "mntns", p.mntns);
+      get_if(jp, "children", p.children);
+      get_opt(jp, "exit_signal", p.exit_signal);
+      for (const auto& jt : jp.value("threads", json::array())) {
+        ThreadInfo t;
+        t.tid = jt.at("tid").get<int>();
+        get_if(jt, "comm", t.comm);
+        t.state = state_char(jt, "state");
+        if (jt.contains("syscall")) {
+          const json& sc = jt.at("syscall");
+          t.syscall.mode = mode_from(sc.value("mode", std::string()));
+          get_if(sc, "nr", t.syscall.nr);
+          auto args = sc.value("args", std::vector<uint64_t>{});
+          for (size_t i = 0; i < 6 && i < args.size(); ++i) t.syscall.args[i] = args[i];
+          get_if(sc, "sp", t.syscall.sp);
+          get_if(sc, "pc", t.syscall.pc);
+        }
+        if (jt.contains("memory")) {
+          const json& m = jt.at("memory");
+          get_opt(m, "futex_word", t.memory.futex_word);
+          get_if(m, "futex_bytes", t.memory.futex_bytes);
+          get_if(m, "poll_fds", t.memory.poll_fds);
+          get_opt(m, "timeout_s", t.memory.timeout_s);
+          get_if(m, "timeout_absolute", t.memory.timeout_absolute);
+        }
+        get_if(jt, "voluntary_switches", t.voluntary_switches);
+        get_if(jt, "involuntary_switches", t.involuntary_switches);
+        if (jt.contains("cpu_ns")) {
+          auto v = jt.at("cpu_ns").get<std::vector<uint64_t>>();
+          if (v.size() == 2) t.cpu_ns_start = v[0], t.cpu_ns_end = v[1];
+        }
+        if (jt.contains("io_bytes")) {
+          auto v = jt.at("io_bytes").get<std::vector<uint64_t>>();
+          if (v.size() == 2) t.io_bytes_start = v[0], t.io_bytes_end = v[1];
+        }
+        get_if(jt, "progress_sampled", t.progress_sampled);
+        if (jt.contains("kernel") && jt.at("kernel").is_object()) {
+          const json& k = jt.at("kernel");
+          KernelTaskView v;
+          get_if(k, "state", v.state);
+          get_if(k, "task_flags", v.task_flags);
+          get_if(k, "on_cpu", v.on_cpu);
+          get_if(k, "off_cpu_ns", v.off_cpu_ns);
+          get_if(k, "sum_exec_ns", v.sum_exec_ns);
+          get_if(k, "nvcsw", v.nvcsw);
+          get_if(k, "nivcsw", v.nivcsw);
+          get_if(k, "user_ip", v.user_ip);
+          get_if(k, "user_sp", v.user_sp);
+          get_if(k, "user_bp", v.user_bp);
+          get_if(k, "stack_error", v.stack_error);
+          for (const auto& f : k.value("stack", json::array()))
+            v.stack.push_back({f.at("addr").get<uint64_t>(), f.value("symbol", std::string())});
+          t.kernel = v;
+        }
+        p.threads.push_back(std::move(t));
+      }
+      for (const auto& jf : jp.value("fds", json::array())) {
+        FdEntry f;
+        f.fd = jf.at("fd").get<int>();
+        get_if(jf, "link", f.link);
+        f.kind = fd_kind_from(jf.value("kind", std::string()));
+        get_if(jf, "inode", f.inode);
+        get_if(jf, "flags", f.flags);
+        get_if(jf, "pos", f.pos);
+        get_opt(jf, "eventfd_id", f.eventfd_id);
+        for (const auto& e : jf.value("epoll", json::array()))
+          f.epoll.push_back({e.at("fd").get<int>(), e.value("events", 0u), e.value("inode", uint64_t{0})});
+        get_if(jf, "ready_events", f.ready_events);
+        get_if(jf, "queued_bytes", f.queued_bytes);
+        p.fds.push_back(std::move(f));
+      }
+      for (const auto& jm : jp.value("maps", json::array())) {
+        Mapping m;
+        m.start = jm.at("start").get<uint64_t>();
+        m.end = jm.at("end").get<uint64_t>();
+        get_if(jm, "offset", m.offset);
+        get_if(jm, "perms", m.perms);
+        if (jm.contains("dev")) {
+          auto dev = jm.at("dev").get<std::vector<uint32_t>>();
+          if (dev.size() == 2) m.dev_major = dev[0], m.dev_minor = dev[1];
+        }
+        get_if(jm, "inode", m.inode);
+        get_if(jm, "path", m.path);
+        p.maps.push_back(std::move(m));
+      }
+      s.processes.push_back(std::move(p));
+    }
+    for (const auto& jk : j.value("sockets", json::array())) {
+      SocketInfo k;
+      k.inode = jk.at("inode").get<uint64_t>();
+      get_if(jk, "netns", k.netns);
+      get_if(jk, "family", k.family);
+      get_if(jk, "state", k.state);
+      get_if(jk, "local", k.local);
+      get_if(jk, "remote", k.remote);
+      get_if(jk, "rx_queue", k.rx_queue);
+      get_if(jk, "tx_queue", k.tx_queue);
+      get_if(jk, "peer_inode", k.peer_inode);
+      get_if(jk, "remote_is_local_host", k.remote_is_local_host);
+      s.sockets.push_back(std::move(k));
+    }
+    if (j.contains("shm") && j.at("shm").is_object()) {
+      const json& sh = j.at("shm");
+      get_if(sh, "available", s.shm.available);
+      get_if(sh, "mount_path", s.shm.mount_path);
+      get_if(sh, "size_bytes", s.shm.size_bytes);
+      get_if(sh, "used_bytes", s.shm.used_bytes);
+      get_if(sh, "unlinked_mapped_bytes", s.shm.unlinked_mapped_bytes);
+      for (const auto& g : sh.value("largest", json::array())) {
+        ShmSegment seg;
+        get_if(g, "name", seg.name);
+        get_if(g, "size_bytes", seg.size_bytes);
+        get_if(g, "allocated_bytes", seg.allocated_bytes);
+        get_if(g, "mapped_by", seg.mapped_by);
+        s.shm.largest.push_back(std::move(seg));
+      }
+    }
+    if (!s.process(s.target_pid)) return make_error("the snapshot does not contain its target process");
+    return s;
+  } catch (const json::exception& e) {
+    return make_error(fmt::format("malformed snapshot: {}", e.what()));
+  }
+}
+
+Result<Snapshot> snapshot_from_json_text(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error("not valid JSON (truncated or corrupt file?)");
+  return snapshot_from_json(j);
+}
+
+}  // namespace hangtrace
