@@ -181,6 +181,24 @@ TEST(Analysis, SingleThreadedPrivateFutexWithoutOwnerIsOrphaned) {
   EXPECT_NE(f->chain[0].to.find("child process 200"), std::string::npos);
 }
 
+TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsProbablyOrphaned) {
+  // A worker with an idle helper thread parked on a condition only the
+  // worker's main thread would signal.
+  SnapBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  b.proc(200, 100, ProcessRole::Descendant);
+  ThreadInfo& main = b.thread(100, 100);
+  SnapBuilder::in_syscall(main, kWait4, {200, 0, 0});
+  b.futex_wait(200, 200, 0x4000, false, sem_bytes(1, 128));
+  b.futex_wait(200, 201, 0x8000, false);
+  Diagnosis d = diagnose(b.s);
+  const Finding* f = find_kind(d, "orphaned-lock");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->confidence, Confidence::Probable);
+  EXPECT_EQ(f->tids, (std::vector<int>{200}));
+  EXPECT_EQ(d.verdict.status, "hang");
+}
+
 TEST(Analysis, TimedLockWaitInSingleThreadIsOnlyProbable) {
   SnapBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);

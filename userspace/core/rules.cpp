@@ -65,6 +65,7 @@ class Analyzer {
   Diagnosis d_;
   std::set<int> strict_, lenient_;  // deadlocked: timed waits live / not live
   std::set<std::string> explained_objects_;
+  std::vector<std::vector<int>> sccs_;
 
   const WaitGraph& g() const { return d_.graph; }
 
@@ -148,12 +149,51 @@ class Analyzer {
     return out;
   }
 
+  // Strongly connected components of the dependency graph among stuck threads.
+  void compute_sccs() {
+    std::vector<int> nodes(lenient_.begin(), lenient_.end());
+    std::map<int, int> index, low;
+    std::set<int> on_stack;
+    std::vector<int> stack;
+    auto& sccs = sccs_;
+    int counter = 0;
+    std::function<void(int)> strong = [&](int v) {
+      index[v] = low[v] = counter++;
+      stack.push_back(v);
+      on_stack.insert(v);
+      for (int w : g().depends_on(v)) {
+        if (!lenient_.count(w)) continue;
+        if (!index.count(w)) {
+          strong(w);
+          low[v] = std::min(low[v], low[w]);
+        } else if (on_stack.count(w)) {
+          low[v] = std::min(low[v], index[w]);
+        }
+      }
+      if (low[v] == index[v]) {
+        std::vector<int> comp;
+        int w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack.erase(w);
+          comp.push_back(w);
+        } while (w != v);
+        sccs.push_back(comp);
+      }
+    };
+    for (int v : nodes)
+      if (!index.count(v)) strong(v);
+
+  }
+
   void compute_deadlocked() {
     strict_ = deadlocked(true);
     lenient_ = deadlocked(false);
     d_.deadlocked_tids.assign(strict_.begin(), strict_.end());
     for (int t : lenient_)
       if (!strict_.count(t)) d_.probably_deadlocked_tids.push_back(t);
+    compute_sccs();
   }
 
   Confidence confidence_for(const std::vector<int>& tids) const {
@@ -256,6 +296,28 @@ class Analyzer {
       }
       groups[key].push_back(id);
     }
+    // A process whose threads only wait on each other (every thread that could
+    // unlock its main thread's lock is itself stuck inside the process): the
+    // main thread's lock is the probable root.
+    for (const auto& comp : sccs_) {
+      std::set<int> pids;
+      for (int t : comp) pids.insert(pid_of(t));
+      if (pids.size() != 1 || comp.size() < 2) continue;
+      bool sink = true;
+      for (int t : comp)
+        for (int r : g().depends_on(t)) sink = sink && std::count(comp.begin(), comp.end(), r);
+      int pid = *pids.begin();
+      if (!sink || !std::count(comp.begin(), comp.end(), pid)) continue;
+      for (const auto& id : wait_of(pid)->objects) {
+        const WaitObject& o = g().objects.at(id);
+        if (o.kind != ObjectKind::Futex || id.rfind("futex:private:", 0) != 0 || o.owner_tid) continue;
+        groups["futex-private:" + id.substr(id.rfind(':') + 1) + ":-"].push_back(id);
+      }
+    }
+    for (auto& [key, ids] : groups) {
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    }
     for (const auto& [key, ids] : groups) {
       const WaitObject& first = g().objects.at(ids.front());
       Finding f;
@@ -268,6 +330,8 @@ class Analyzer {
         add_unique(f.pids, pid_of(t));
       }
       f.confidence = confidence_for(waiters);
+      // With candidate releasers left (all stuck), who holds it is inferred.
+      if (!first.releasers.empty()) f.confidence = Confidence::Probable;
       f.severity = Severity::Critical;
       for (const auto& id : ids) explained_objects_.insert(id);
       std::string who = waiters.size() == 1 ? thread_label(waiters[0])
@@ -351,41 +415,7 @@ class Analyzer {
 
   // ---- deadlock-cycle -------------------------------------------------------------
   void cycles() {
-    // Strongly connected components of the dependency graph among stuck threads.
-    std::vector<int> nodes(lenient_.begin(), lenient_.end());
-    std::map<int, int> index, low;
-    std::set<int> on_stack;
-    std::vector<int> stack;
-    std::vector<std::vector<int>> sccs;
-    int counter = 0;
-    std::function<void(int)> strong = [&](int v) {
-      index[v] = low[v] = counter++;
-      stack.push_back(v);
-      on_stack.insert(v);
-      for (int w : g().depends_on(v)) {
-        if (!lenient_.count(w)) continue;
-        if (!index.count(w)) {
-          strong(w);
-          low[v] = std::min(low[v], low[w]);
-        } else if (on_stack.count(w)) {
-          low[v] = std::min(low[v], index[w]);
-        }
-      }
-      if (low[v] == index[v]) {
-        std::vector<int> comp;
-        int w;
-        do {
-          w = stack.back();
-          stack.pop_back();
-          on_stack.erase(w);
-          comp.push_back(w);
-        } while (w != v);
-        sccs.push_back(comp);
-      }
-    };
-    for (int v : nodes)
-      if (!index.count(v)) strong(v);
-
+    const auto& sccs = sccs_;
     for (auto& comp : sccs) {
       std::set<int> members(comp.begin(), comp.end());
       std::set<int> pids;
