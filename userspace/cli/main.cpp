@@ -194,6 +194,7 @@ int run_demo(Options opt) {
   std::fprintf(stderr, "hangtrace demo: %s\nhangtrace demo: $ sudo hangtrace --pid %d\n\n", ready_line.c_str(), job);
   opt.pid = job;
   int rc = run_live(opt);
+  std::fflush(stdout);
   cleanup();
   if (rc == kExitHang) {
     std::fprintf(stderr, "\nhangtrace demo: diagnosed the hang; the job was stopped.\n");

@@ -432,7 +432,12 @@ class GraphBuilder {
     WaitObject& o = object(id, ObjectKind::Child,
                            which > 0 ? fmt::format("child process {}", which)
                                      : fmt::format("any child of {}", p.pid));
-    if (!o.holder_pids.empty() || o.releasers_certain) return id;
+    if (!o.holder_pids.empty() || o.releasers_certain || o.external) return id;
+    if (p.role == ProcessRole::Peer) {
+      // A peer's children are outside the snapshot.
+      o.external = true;
+      return id;
+    }
     o.releasers_certain = true;
     for (int child : p.children) {
       if (which > 0 && child != which) continue;

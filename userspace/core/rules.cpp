@@ -91,9 +91,22 @@ class Analyzer {
     return fmt::format("thread {} ({}) of {} {}", tid, tcomm, role_of(pid), pid);
   }
 
+  std::string releaser_label(const WaitObject& o, int tid) const {
+    size_t others = o.releasers.size() > 1 ? o.releasers.size() - 1 : 0;
+    return others ? fmt::format("{} (or {} other thread{})", thread_label(tid), others, others > 1 ? "s" : "")
+                  : thread_label(tid);
+  }
+
   const ThreadWait* wait_of(int tid) const {
     auto it = g().threads.find(tid);
     return it == g().threads.end() ? nullptr : &it->second;
+  }
+
+  // Peers (processes outside the job holding the other end of something) are
+  // context for the graph; findings are about the job itself.
+  bool in_tree(int tid) const {
+    const ProcessInfo* p = snap_.process(pid_of(tid));
+    return p && p->role != ProcessRole::Peer;
   }
 
   int pid_of(int tid) const {
@@ -234,7 +247,7 @@ class Analyzer {
     for (auto& [t, via] : path) {
       const WaitObject& o = g().objects.at(via);
       steps.push_back({thread_label(prev), "waits on", o.label});
-      steps.push_back({o.label, "can be released only by", thread_label(t)});
+      steps.push_back({o.label, "can be released by", releaser_label(o, t)});
       prev = t;
     }
     return steps;
@@ -282,7 +295,12 @@ class Analyzer {
     for (const auto& [id, o] : g().objects) {
       if (o.ready || o.external) continue;
       bool waiters_stuck = !o.waiters.empty();
-      for (int t : o.waiters) waiters_stuck = waiters_stuck && lenient_.count(t);
+      bool job_waits = false;
+      for (int t : o.waiters) {
+        waiters_stuck = waiters_stuck && lenient_.count(t);
+        job_waits = job_waits || in_tree(t);
+      }
+      if (!job_waits) continue;
       if (!waiters_stuck) continue;
       // A thread waiting on a mutex it owns itself is a cycle of one (cycles()).
       if (o.owner_tid && std::count(o.waiters.begin(), o.waiters.end(), *o.owner_tid)) continue;
@@ -407,7 +425,11 @@ class Analyzer {
       }
       for (const auto& n : first.notes) f.evidence.push_back(n);
       for (int t : waiters) add_thread_evidence(f, t);
-      add_main_chain(f, waiters.front(), "");
+      std::string cause_object = ids.front();
+      for (const auto& id : ids)
+        if (std::count(g().objects.at(id).waiters.begin(), g().objects.at(id).waiters.end(), waiters.front()))
+          cause_object = id;
+      add_main_chain(f, waiters.front(), cause_object);
       if (!f.chain.empty() || reachable_from_main(waiters.front())) f.rank -= 5;
       d_.findings.push_back(std::move(f));
     }
@@ -417,6 +439,7 @@ class Analyzer {
   void cycles() {
     const auto& sccs = sccs_;
     for (auto& comp : sccs) {
+      if (std::none_of(comp.begin(), comp.end(), [&](int t) { return in_tree(t); })) continue;
       std::set<int> members(comp.begin(), comp.end());
       std::set<int> pids;
       for (int t : comp) pids.insert(pid_of(t));
@@ -455,7 +478,7 @@ class Analyzer {
       for (auto& [t, via] : cycle) {
         const WaitObject& o = g().objects.at(via);
         f.chain.push_back({thread_label(prev), "waits on", o.label});
-        f.chain.push_back({o.label, "can be released only by", thread_label(t)});
+        f.chain.push_back({o.label, "can be released by", releaser_label(o, t)});
         drawn.push_back(thread_label(prev));
         drawn.push_back(o.label);
         explained_objects_.insert(via);
@@ -536,6 +559,7 @@ class Analyzer {
   void network_waits() {
     for (const auto& [tid, w] : g().threads) {
       if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) continue;
+      if (!in_tree(tid)) continue;
       for (const auto& id : w.objects) {
         const WaitObject& o = g().objects.at(id);
         if (o.kind != ObjectKind::TcpSocket && o.kind != ObjectKind::UdpSocket) continue;
