@@ -1,0 +1,117 @@
+// Bad input gets one clear line and a non-zero exit; outputs are whole or absent.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support.h"
+
+namespace hangtrace::testing {
+namespace {
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/hangtrace-cli-test.XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+TEST(Cli, NotRootIsOneLine) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload sleeper({repro_path("repro_sleeper")});
+  ASSERT_FALSE(sleeper.wait_for_line("READY").empty());
+  auto r = run_command({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", hangtrace_path(), "--pid",
+                        std::to_string(sleeper.pid())});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("needs root"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(Cli, MissingTargetAndBadArguments) {
+  auto r = run_command({hangtrace_path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--pid"), std::string::npos) << r.err;
+  r = run_command({hangtrace_path(), "--pid", "abc"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = run_command({hangtrace_path(), "--pid", "1", "--duration", "-3"});
+  EXPECT_EQ(r.exit_code, 1);
+}
+
+TEST(Cli, CorruptSnapshotFilesAreRejected) {
+  std::string dir = temp_dir();
+  std::string truncated = dir + "/truncated.json";
+  std::ofstream(truncated) << "{\"schema\": \"hangtrace.snapshot/1\", \"processes\": [";
+  auto r = run_command({hangtrace_path(), "--from-snapshot", truncated});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("failed to read"), std::string::npos) << r.err;
+
+  std::string foreign = dir + "/foreign.json";
+  std::ofstream(foreign) << "{\"hello\": 1}";
+  r = run_command({hangtrace_path(), "--from-snapshot", foreign});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not a hangtrace snapshot"), std::string::npos) << r.err;
+
+  r = run_command({hangtrace_path(), "--from-snapshot", dir + "/missing.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("No such file"), std::string::npos) << r.err;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A live snapshot saved to disk and analysed later gives the same verdict;
+// the JSON file is written whole (temp + rename), and a failed write leaves
+// nothing behind and exits 1.
+TEST(Cli, SavedSnapshotReanalysesToTheSameVerdict) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload job({repro_path("repro_fork_locked_mutex")});
+  ASSERT_FALSE(job.wait_for_line("READY").empty());
+  std::string dir = temp_dir();
+  std::string snap = dir + "/snap.json", report = dir + "/report.json";
+  CommandResult live;
+  // The child blocks right after READY; retry until the kernel shows the wait.
+  for (int i = 0; i < 50; ++i) {
+    live = run_command({hangtrace_path(), "--pid", std::to_string(job.pid()), "--save-snapshot", snap, "--json",
+                        report});
+    if (live.exit_code == 2) break;
+    usleep(100000);
+  }
+  ASSERT_EQ(live.exit_code, 2) << live.out << live.err;
+  EXPECT_NE(live.out.find("VERDICT: HANG"), std::string::npos);
+  std::ifstream in(report);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["verdict"]["status"], "hang");
+
+  auto offline = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", "-"});
+  EXPECT_EQ(offline.exit_code, 2) << offline.err;
+  nlohmann::json j2 = nlohmann::json::parse(offline.out);
+  EXPECT_EQ(j2["verdict"], j["verdict"]);
+  EXPECT_EQ(j2["findings"][0]["kind"], j["findings"][0]["kind"]);
+
+  auto unwritable = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", dir + "/no/such/dir/r.json"});
+  EXPECT_EQ(unwritable.exit_code, 1);
+  EXPECT_NE(unwritable.err.find("failed to write"), std::string::npos) << unwritable.err;
+  struct stat st {};
+  EXPECT_NE(stat((dir + "/no").c_str(), &st), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(Cli, TargetThatExitsIsReportedNotCrashed) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload sleeper({repro_path("repro_sleeper")});
+  ASSERT_FALSE(sleeper.wait_for_line("READY").empty());
+  int pid = sleeper.pid();
+  sleeper.kill_all();
+  auto r = run_command({hangtrace_path(), "--pid", std::to_string(pid)});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no such process"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace hangtrace::testing
