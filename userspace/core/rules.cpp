@@ -402,7 +402,10 @@ class Analyzer {
         else
           reason = "no live process holds the other end";
         f.summary = fmt::format("{} waits on {} but {}", who, first.label, reason);
-        f.details["object"] = first.label;
+        // "pipe:[N]" without the end, "socket:[N]", "child:N": names people grep for.
+        std::string object_name = first.id;
+        if (first.kind == ObjectKind::Pipe) object_name = first.id.substr(0, first.id.rfind(':'));
+        f.details["object"] = object_name;
         f.details["reason"] = reason;
         for (int pid : f.pids) {
           const ProcessInfo* p = snap_.process(pid);
