@@ -1,5 +1,6 @@
 #include "support.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -7,8 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace hangtrace::testing {
 
@@ -124,5 +129,119 @@ CommandResult run_command(const std::vector<std::string>& argv_in, std::chrono::
 
 std::string repro_path(const std::string& name) { return std::string(HANGTRACE_REPRO_DIR) + "/" + name; }
 std::string hangtrace_path() { return HANGTRACE_BIN; }
+
+std::vector<int> parse_ready_pids(const std::string& line) {
+  std::istringstream in(line);
+  std::string word;
+  in >> word;   // "READY"
+  std::vector<int> pids;
+  int pid;
+  while (in >> pid) pids.push_back(pid);
+  return pids;
+}
+
+static std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<ThreadState> thread_states(int pid) {
+  std::vector<ThreadState> out;
+  std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = opendir(task_dir.c_str());
+  if (!dir) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    ThreadState t;
+    t.tid = std::atoi(e->d_name);
+    std::string base = task_dir + "/" + e->d_name;
+    // stat: "tid (comm) S ..." -- comm may hold spaces and parens: use the last ')'.
+    std::string stat = read_small_file(base + "/stat");
+    size_t rp = stat.rfind(')');
+    if (rp != std::string::npos && rp + 2 < stat.size()) t.state = stat[rp + 2];
+    std::string sc = read_small_file(base + "/syscall");
+    if (!sc.empty() && (sc[0] == '-' || (sc[0] >= '0' && sc[0] <= '9'))) t.syscall_nr = std::atol(sc.c_str());
+    t.wchan = read_small_file(base + "/wchan");
+    out.push_back(t);
+  }
+  closedir(dir);
+  std::sort(out.begin(), out.end(), [](const ThreadState& a, const ThreadState& b) { return a.tid < b.tid; });
+  return out;
+}
+
+std::string describe_threads(int pid) {
+  std::ostringstream out;
+  auto threads = thread_states(pid);
+  if (threads.empty()) out << "pid " << pid << ": no threads (gone?)\n";
+  for (const auto& t : threads)
+    out << "pid " << pid << " tid " << t.tid << " state " << t.state << " syscall " << t.syscall_nr
+        << " wchan " << t.wchan << "\n";
+  return out.str();
+}
+
+static bool all_blocked(int pid, const std::vector<long>& syscalls) {
+  auto threads = thread_states(pid);
+  if (threads.empty()) return false;
+  for (const auto& t : threads) {
+    if (t.state != 'S' && t.state != 'D') return false;
+    if (t.syscall_nr < 0) return false;
+    if (!syscalls.empty() && std::find(syscalls.begin(), syscalls.end(), t.syscall_nr) == syscalls.end())
+      return false;
+  }
+  return true;
+}
+
+std::string wait_until_blocked(int pid, std::chrono::milliseconds timeout, std::vector<long> syscalls) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int in_a_row = 0;
+  for (;;) {
+    in_a_row = all_blocked(pid, syscalls) ? in_a_row + 1 : 0;
+    if (in_a_row >= 2) return "";
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string seen = describe_threads(pid);
+      return seen.empty() ? "pid " + std::to_string(pid) + " not found" : seen;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::vector<nlohmann::json> HangtraceRun::findings(const std::string& kind) const {
+  std::vector<nlohmann::json> out;
+  if (!report.is_object() || !report.contains("findings") || !report["findings"].is_array()) return out;
+  for (const auto& f : report["findings"])
+    if (f.is_object() && f.value("kind", "") == kind) out.push_back(f);
+  return out;
+}
+
+std::string HangtraceRun::dump() const {
+  std::ostringstream out;
+  out << "hangtrace exit code " << cmd.exit_code << "\n--- stderr ---\n" << cmd.err << "\n--- report ---\n";
+  if (!report.is_null()) out << report.dump(2);
+  else out << "(not JSON: " << parse_error << ")\n" << cmd.out;
+  return out.str();
+}
+
+HangtraceRun run_hangtrace(int pid, const std::vector<std::string>& extra, std::chrono::seconds timeout) {
+  std::vector<std::string> argv = {hangtrace_path(), "--pid", std::to_string(pid), "--json", "-"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  HangtraceRun run;
+  run.cmd = run_command(argv, timeout);
+  try {
+    run.report = nlohmann::json::parse(run.cmd.out);
+  } catch (const std::exception& e) {
+    run.parse_error = e.what();
+  }
+  return run;
+}
+
+std::vector<int> finding_pids(const nlohmann::json& finding) {
+  std::vector<int> out;
+  if (finding.contains("pids") && finding["pids"].is_array())
+    for (const auto& p : finding["pids"])
+      if (p.is_number_integer()) out.push_back(p.get<int>());
+  return out;
+}
 
 }  // namespace hangtrace::testing

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace hangtrace::testing {
 
@@ -54,5 +57,41 @@ CommandResult run_command(const std::vector<std::string>& argv,
 
 std::string repro_path(const std::string& name);   // HANGTRACE_REPRO_DIR/name
 std::string hangtrace_path();                      // HANGTRACE_BIN
+
+// "READY 12 34 56" -> {12, 34, 56}: the integers after the first word.
+std::vector<int> parse_ready_pids(const std::string& line);
+
+// One thread as /proc shows it right now.
+struct ThreadState {
+  int tid = 0;
+  char state = '?';        // /proc/PID/task/TID/stat field 3
+  long syscall_nr = -2;    // /proc/PID/task/TID/syscall: nr, -1 not in one, -2 "running"/unreadable
+  std::string wchan;
+};
+std::vector<ThreadState> thread_states(int pid);
+std::string describe_threads(int pid);   // one line per thread, for failure messages
+
+// Polls /proc (every 10 ms, no guessing sleeps) until every thread of `pid`
+// sleeps (state S or D) inside a syscall -- one of `syscalls` when that is
+// not empty -- and stays so on two reads in a row. Returns "" when it does,
+// else (after `timeout`) what it last saw.
+std::string wait_until_blocked(int pid, std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                               std::vector<long> syscalls = {});
+
+// `hangtrace --pid PID --json - EXTRA...`, with stdout parsed when it is JSON.
+struct HangtraceRun {
+  CommandResult cmd;
+  nlohmann::json report;    // null when stdout was not JSON
+  std::string parse_error;
+  // The findings of the given kind.
+  std::vector<nlohmann::json> findings(const std::string& kind) const;
+  // For failure messages: exit code, stderr and the pretty-printed report.
+  std::string dump() const;
+};
+HangtraceRun run_hangtrace(int pid, const std::vector<std::string>& extra = {},
+                           std::chrono::seconds timeout = std::chrono::seconds(120));
+
+// A finding's "pids" array as ints.
+std::vector<int> finding_pids(const nlohmann::json& finding);
 
 }  // namespace hangtrace::testing

@@ -1,0 +1,406 @@
+"""Shared helpers for the PyTorch scenario tests.
+
+A scenario starts a real workload (tests/scenarios/workloads/*.py) in its own
+session, reads its stdout until a marker line ("READY main=1 workers=2,3"),
+waits -- by polling /proc, never by guessing with sleeps -- until the given
+processes really sleep inside a syscall, runs `hangtrace --pid P --json -`,
+and parses the report. Every process it started, and every descendant of
+those, is killed when the test ends.
+
+Run as root on a kernel with BTF, with /usr/bin/python3 and torch; otherwise
+the tests skip with the reason.
+"""
+
+import importlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = os.path.join(HERE, "workloads")
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYTHON = "/usr/bin/python3"   # the system Python that has torch
+
+# x86_64 syscall numbers the scenarios wait for.
+SYS_READ = 0
+SYS_POLL = 7
+SYS_SELECT = 23
+SYS_ACCEPT = 43
+SYS_RECVFROM = 45
+SYS_WAIT4 = 61
+SYS_FUTEX = 202
+SYS_EPOLL_WAIT = 232
+SYS_PSELECT6 = 270
+SYS_PPOLL = 271
+SYS_ACCEPT4 = 288
+SYS_EPOLL_PWAIT = 281
+
+
+def hangtrace_bin():
+    return os.environ.get("HANGTRACE_BIN") or os.path.join(REPO, "build", "hangtrace")
+
+
+def workload(name):
+    return os.path.join(WORKLOADS, name)
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "needs kernel BTF at /sys/kernel/btf/vmlinux"
+    if os.path.realpath(sys.executable) != os.path.realpath(PYTHON) and not os.path.exists(PYTHON):
+        return "needs %s" % PYTHON
+    try:
+        importlib.import_module("torch")   # the workloads need it
+    except Exception as e:  # ImportError, or a broken install
+        return "needs torch in %s: %s" % (sys.executable, e)
+    if not os.access(hangtrace_bin(), os.X_OK):
+        return "hangtrace binary not found at %s (set HANGTRACE_BIN)" % hangtrace_bin()
+    return ""
+
+
+SKIP_REASON = _skip_reason()
+requires_bpf_and_torch = unittest.skipUnless(not SKIP_REASON, SKIP_REASON)
+
+
+# ---- /proc -------------------------------------------------------------------
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def thread_states(pid):
+    """[(tid, state, syscall_nr, wchan, comm)] for every thread of pid.
+
+    syscall_nr: the number from /proc/PID/task/TID/syscall, -1 when not in a
+    syscall, -2 when "running" or unreadable.
+    """
+    out = []
+    try:
+        tids = sorted(int(t) for t in os.listdir("/proc/%d/task" % pid))
+    except OSError:
+        return out
+    for tid in tids:
+        base = "/proc/%d/task/%d" % (pid, tid)
+        stat = _read(base + "/stat")
+        if stat is None:
+            continue
+        rp = stat.rfind(")")
+        state = stat[rp + 2] if rp >= 0 and rp + 2 < len(stat) else "?"
+        comm = stat[stat.find("(") + 1:rp]
+        sc = (_read(base + "/syscall") or "").split()
+        nr = -2
+        if sc and sc[0].lstrip("-").isdigit():
+            nr = int(sc[0])
+        out.append((tid, state, nr, (_read(base + "/wchan") or "").strip(), comm))
+    return out
+
+
+def describe(pids):
+    lines = []
+    for pid in pids:
+        states = thread_states(pid)
+        if not states:
+            lines.append("pid %d: gone" % pid)
+        for tid, state, nr, wchan, comm in states:
+            lines.append("pid %d tid %d (%s) state %s syscall %d wchan %s" % (pid, tid, comm, state, nr, wchan))
+    return "\n".join(lines)
+
+
+def _signature(pid, main_syscalls, all_threads):
+    """What the checked threads of pid are doing, or None when one of them is
+    not asleep in a syscall (or the main thread is not in main_syscalls)."""
+    sig = []
+    states = thread_states(pid)
+    if not states:
+        return None
+    for tid, state, nr, _, _ in states:
+        if tid != pid and not all_threads:
+            continue
+        if state not in ("S", "D") or nr < 0:
+            return None
+        if tid == pid and main_syscalls and nr not in main_syscalls:
+            return None
+        status = _read("/proc/%d/task/%d/status" % (pid, tid)) or ""
+        switches = [l for l in status.splitlines() if l.startswith("voluntary_ctxt_switches")]
+        sig.append((tid, state, _read("/proc/%d/task/%d/syscall" % (pid, tid)), tuple(switches)))
+    return tuple(sig)
+
+
+def wait_until_blocked(pids, main_syscalls=None, all_threads=True, timeout=60.0, settle=0.3):
+    """Polls /proc every 10 ms until, for every pid, the threads sleep (state S
+    or D) inside a syscall -- the main thread (tid == pid) in one of
+    `main_syscalls` when given -- and nothing about them (syscall and its
+    arguments, voluntary context switches) changed for `settle` seconds: they
+    are parked, not passing through. With all_threads=False only the main
+    thread is checked. Raises AssertionError after `timeout` with what it
+    last saw."""
+    if isinstance(pids, int):
+        pids = [pids]
+    deadline = time.monotonic() + timeout
+    last, since = None, None
+    while True:
+        sigs = [_signature(p, main_syscalls, all_threads) for p in pids]
+        now = time.monotonic()
+        if any(s is None for s in sigs):
+            last, since = None, None
+        elif sigs != last:
+            last, since = sigs, now
+        elif now - since >= settle:
+            return
+        if now > deadline:
+            raise AssertionError("not blocked after %.0fs (want main thread in %s):\n%s"
+                                 % (timeout, main_syscalls, describe(pids)))
+        time.sleep(0.01)
+
+
+def descendants(pid):
+    """Every live descendant of pid (children first seen by ppid in /proc)."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _read("/proc/%s/stat" % name)
+        if not stat:
+            continue
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) > 1:
+            children.setdefault(int(rest[1]), []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def parse_marker(line):
+    """'READY main=1 workers=2,3 port=5' -> {'main': [1], 'workers': [2, 3], 'port': [5]}.
+    Everything before the first key=value is ignored."""
+    out = {}
+    for word in line.split():
+        if "=" not in word:
+            continue
+        key, _, value = word.partition("=")
+        vals = []
+        for v in value.split(","):
+            try:
+                vals.append(int(v))
+            except ValueError:
+                vals.append(v)
+        out[key] = vals
+    return out
+
+
+# ---- a workload ----------------------------------------------------------------
+
+class Workload:
+    """A process started in its own session whose stdout is read line by line
+    by a background thread; stderr goes to a temporary file (shown in failures)."""
+
+    def __init__(self, argv, env=None, cwd=None):
+        self.argv = list(argv)
+        self._stderr = tempfile.TemporaryFile(mode="w+b")
+        full_env = dict(os.environ)
+        full_env.setdefault("PYTHONUNBUFFERED", "1")
+        full_env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if env:
+            full_env.update(env)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     env=full_env, cwd=cwd or WORKLOADS)
+        self.pid = self.proc.pid
+        self.lines = []                   # every stdout line so far
+        self._queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.lines.append(line)
+            self._queue.put(line)
+        self._queue.put(None)             # EOF
+
+    def wait_for_line(self, prefix, timeout=120.0):
+        """The next stdout line that starts with `prefix`; AssertionError on
+        EOF or timeout (with the workload's stderr)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("no %r line from %s within %.0fs\n%s"
+                                     % (prefix, self.argv, timeout, self.stderr_tail()))
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self._queue.put(None)
+                raise AssertionError("%s ended (rc=%s) before printing %r\n%s"
+                                     % (self.argv, self.proc.poll(), prefix, self.stderr_tail()))
+            if line.startswith(prefix):
+                return line
+
+    def stderr_tail(self, n=4000):
+        try:
+            self._stderr.seek(0)
+            data = self._stderr.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+        return "--- stderr of %s ---\n%s" % (self.argv[-1], data[-n:])
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def kill(self):
+        """SIGKILL the whole session: the process group, and every descendant
+        (a DataLoader worker blocked in a futex does not notice its parent
+        died, and a double-forked helper may have left the group)."""
+        if self.proc.poll() is None:
+            victims = [self.pid] + descendants(self.pid)
+        else:
+            victims = []
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for p in victims:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        # Orphans of the group are reparented to init; wait until they are gone.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) and
+                                                  _state(p) not in ("Z", "X", None)
+                                                  for p in victims):
+            time.sleep(0.01)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._stderr.close()
+
+
+def _state(pid):
+    stat = _read("/proc/%d/stat" % pid)
+    if not stat:
+        return None
+    return stat[stat.rfind(")") + 2]
+
+
+# ---- hangtrace -------------------------------------------------------------------
+
+class Report:
+    def __init__(self, argv, completed):
+        self.argv = argv
+        self.returncode = completed.returncode
+        self.stdout = completed.stdout
+        self.stderr = completed.stderr
+        try:
+            self.json = json.loads(completed.stdout)
+            self.parse_error = None
+        except ValueError as e:
+            self.json = None
+            self.parse_error = str(e)
+
+    @property
+    def findings(self):
+        if isinstance(self.json, dict):
+            return self.json.get("findings") or []
+        return []
+
+    def of_kind(self, kind):
+        return [f for f in self.findings if f.get("kind") == kind]
+
+    def process(self, pid):
+        for p in (self.json or {}).get("processes") or []:
+            if p.get("pid") == pid:
+                return p
+        return None
+
+    def dump(self):
+        body = json.dumps(self.json, indent=2) if self.json is not None else \
+            "(not JSON: %s)\n%s" % (self.parse_error, self.stdout)
+        return "%s\nexit code %d\n--- stderr ---\n%s\n--- report ---\n%s" % (
+            " ".join(self.argv), self.returncode, self.stderr, body)
+
+
+def run_hangtrace(pid, *extra, timeout=180):
+    """Runs hangtrace on pid. With HANGTRACE_REPORT_DIR set, also keeps each
+    report there as <test id>-<pid>-<n>.json (for looking at passing runs)."""
+    argv = [hangtrace_bin(), "--pid", str(pid), "--json", "-"] + [str(e) for e in extra]
+    completed = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, timeout=timeout, text=True)
+    keep = os.environ.get("HANGTRACE_REPORT_DIR")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        global _kept
+        _kept += 1
+        name = "%s-%d-%d.json" % (os.environ.get("HANGTRACE_REPORT_TAG", "report"), pid, _kept)
+        with open(os.path.join(keep, name), "w") as f:
+            f.write(completed.stdout)
+    return Report(argv, completed)
+
+
+_kept = 0
+
+
+class ScenarioTestCase(unittest.TestCase):
+    """Starts workloads with self.start(...) and kills them (and their
+    descendants) when the test ends, pass or fail."""
+
+    maxDiff = None
+
+    def setUp(self):
+        self._workloads = []
+
+    def tearDown(self):
+        for w in reversed(self._workloads):
+            w.kill()
+        self._workloads = []
+
+    def start(self, script, *args, python=True, env=None, wrapper=None):
+        argv = ([PYTHON, "-u", workload(script)] if python else [workload(script)]) + [str(a) for a in args]
+        if wrapper:
+            argv = list(wrapper) + argv
+        w = Workload(argv, env=env)
+        self._workloads.append(w)
+        return w
+
+    def hangtrace(self, pid, *extra, **kw):
+        report = run_hangtrace(pid, *extra, **kw)
+        # Whatever the verdict, the output must be a well-formed report.
+        self.assertIsNotNone(report.json, report.dump())
+        self.assertEqual(report.json.get("schema"), "hangtrace.report/1", report.dump())
+        self.assertEqual(report.json.get("target_pid"), pid, report.dump())
+        return report
+
+    def assertHang(self, report):
+        self.assertEqual(report.returncode, 2, report.dump())
+        self.assertEqual(report.json["verdict"]["status"], "hang", report.dump())
+
+    def only_finding(self, report, kind):
+        found = report.of_kind(kind)
+        self.assertEqual(len(found), 1, "expected one %s finding\n%s" % (kind, report.dump()))
+        return found[0]
+
+    def assertPidsInclude(self, finding, pids, report):
+        missing = set(pids) - set(finding.get("pids") or [])
+        self.assertFalse(missing, "finding lacks pids %s\n%s" % (sorted(missing), report.dump()))

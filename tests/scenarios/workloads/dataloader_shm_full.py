@@ -1,0 +1,93 @@
+"""A DataLoader under a Docker-sized /dev/shm (64 MiB), filling it up.
+
+Field report shape: "DataLoader worker (pid N) is killed by signal: Bus
+error. It is possible that dataloader's workers are out of shared memory",
+from a job in a container started without --shm-size. Workers hand each batch
+to the main process as a file in /dev/shm (unlinked right after creation,
+still mapped); the main loop keeps every batch (a leak: outputs appended to a
+list "for later"), so /dev/shm fills up.
+
+What torch 1.13 really does: a worker whose next segment does not fit gets
+SIGBUS while writing it (tmpfs pages are allocated on first touch) and dies;
+the main process raises RuntimeError on the next wait. It does not hang by
+itself. This job's error handler then waits -- with every batch still
+referenced -- for its launcher to tell it what to do, the way jobs under an
+elastic agent or a notebook kernel sit after a failure: /dev/shm stays full
+while the process lives, which is what hangtrace is asked to explain.
+
+Run it inside its own mount namespace with a small tmpfs on /dev/shm:
+  unshare -m sh -c 'mount -t tmpfs -o size=64m tmpfs /dev/shm &&
+                    exec /usr/bin/python3 dataloader_shm_full.py'
+
+Images are 3 x 256 x 256 float32 (768 KiB) by default (--side): with 12 MiB
+images (--side 1024) only five fit in 64 MiB and what the job still holds
+after the crash lands anywhere between 75% and 90%; with small ones the
+batches the job holds reach ~94% before a worker hits SIGBUS.
+
+Prints "BATCH n shm_used=<bytes> shm_size=<bytes>" every 10 batches,
+"LOADER-ERROR shm_used=.. shm_size=.. <message>" when the loader fails, then
+"READY main=<pid> workers=<a>,<b> shm_used=<bytes> shm_size=<bytes>
+kept=<batches>", and waits forever holding every batch.
+"""
+import argparse
+import os
+import sys
+import threading
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class LargeImages(Dataset):
+    def __init__(self, side):
+        self.side = side
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, index):
+        return torch.full((3, self.side, self.side), float(index))
+
+
+def shm_usage():
+    st = os.statvfs("/dev/shm")
+    size = st.f_blocks * st.f_frsize
+    return size - st.f_bfree * st.f_frsize, size
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--side", type=int, default=256,
+                    help="images are 3 x side x side float32 (1024: 12 MiB)")
+    args = ap.parse_args()
+    loader = DataLoader(LargeImages(args.side), batch_size=1, num_workers=2,
+                        multiprocessing_context="fork")
+    batches = iter(loader)
+    workers = ",".join(str(w.pid) for w in batches._workers)
+    kept = []                          # the leak
+
+    def loader_error(e):
+        used, size = shm_usage()
+        print("LOADER-ERROR shm_used=%d shm_size=%d %s: %s"
+              % (used, size, type(e).__name__, (str(e).splitlines() or [""])[0]), flush=True)
+
+    try:
+        for n, batch in enumerate(batches):
+            kept.append(batch)
+            if n % 10 == 0:
+                used, size = shm_usage()
+                print("BATCH %d shm_used=%d shm_size=%d" % (n, used, size), flush=True)
+    except (RuntimeError, OSError) as e:   # a worker died of SIGBUS: RuntimeError,
+        loader_error(e)                    # or ConnectionResetError mid-handover
+    used, size = shm_usage()
+    print("READY main=%d workers=%s shm_used=%d shm_size=%d kept=%d"
+          % (os.getpid(), workers, used, size, len(kept)), flush=True)
+    while True:                        # "waiting for the launcher", batches held
+        try:
+            threading.Event().wait()
+        except (RuntimeError, OSError) as e:   # SIGCHLD handler: another worker died
+            loader_error(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
