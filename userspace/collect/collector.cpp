@@ -762,12 +762,6 @@ void Collector::collect_shm() {
   } else {
     limitation(fmt::format("/dev/shm files not listed: failed to open {}: {}", shm.mount_path, std::strerror(errno)));
   }
-  std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-    if (a.info.allocated_bytes != b.info.allocated_bytes) return a.info.allocated_bytes > b.info.allocated_bytes;
-    return a.info.size_bytes > b.info.size_bytes;
-  });
-  if (segments.size() > kLargestShmSegments) segments.resize(kLargestShmSegments);
-
   // Who holds or maps them: maps give dev+inode; fds need a stat of the link.
   std::map<uint64_t, std::set<int>> holders;  // shm inode -> pids
   std::map<uint64_t, uint64_t> unlinked_extent;  // inode -> bytes mapped
@@ -788,11 +782,31 @@ void Collector::collect_shm() {
       if (major(st.st_dev) == shm_major && minor(st.st_dev) == shm_minor) holders[st.st_ino].insert(p.pid);
     }
   }
+  // Unlinked segments still mapped (how torch shares tensors between workers
+  // and main) fill the tmpfs as much as named ones: list them too.
+  std::map<uint64_t, std::string> unlinked_names;
+  for (const auto& p : snap_.processes)
+    for (const auto& m : p.maps)
+      if (unlinked_extent.count(m.inode) && !unlinked_names.count(m.inode))
+        unlinked_names[m.inode] = m.path.substr(9);  // "name (deleted)"
+  for (const auto& [inode, bytes] : unlinked_extent) {
+    shm.unlinked_mapped_bytes += bytes;
+    Segment s;
+    s.info.name = unlinked_names[inode];
+    s.info.size_bytes = s.info.allocated_bytes = bytes;
+    s.inode = inode;
+    segments.push_back(std::move(s));
+  }
+  std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+    if (a.info.allocated_bytes != b.info.allocated_bytes) return a.info.allocated_bytes > b.info.allocated_bytes;
+    return a.info.size_bytes > b.info.size_bytes;
+  });
+  if (segments.size() > kLargestShmSegments) segments.resize(kLargestShmSegments);
+
   for (auto& s : segments) {
     if (auto it = holders.find(s.inode); it != holders.end()) s.info.mapped_by.assign(it->second.begin(), it->second.end());
     shm.largest.push_back(std::move(s.info));
   }
-  for (const auto& [inode, bytes] : unlinked_extent) shm.unlinked_mapped_bytes += bytes;
 }
 
 bool Collector::target_still_there() const {
