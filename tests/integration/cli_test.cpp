@@ -70,17 +70,15 @@ TEST(Cli, CorruptSnapshotFilesAreRejected) {
 TEST(Cli, SavedSnapshotReanalysesToTheSameVerdict) {
   HANGTRACE_REQUIRE_BPF();
   Workload job({repro_path("repro_fork_locked_mutex")});
-  ASSERT_FALSE(job.wait_for_line("READY").empty());
+  std::string line = job.wait_for_line("READY");
+  ASSERT_FALSE(line.empty());
   std::string dir = temp_dir();
   std::string snap = dir + "/snap.json", report = dir + "/report.json";
-  CommandResult live;
-  // The child blocks right after READY; retry until the kernel shows the wait.
-  for (int i = 0; i < 50; ++i) {
-    live = run_command({hangtrace_path(), "--pid", std::to_string(job.pid()), "--save-snapshot", snap, "--json",
-                        report});
-    if (live.exit_code == 2) break;
-    usleep(100000);
-  }
+  auto ready = parse_ready_pids(line);
+  ASSERT_EQ(ready.size(), 3u) << line;  // parent, child, holder thread
+  ASSERT_EQ(wait_until_blocked(ready[1]), "") << "the child never blocked";
+  CommandResult live = run_command(
+      {hangtrace_path(), "--pid", std::to_string(job.pid()), "--save-snapshot", snap, "--json", report});
   ASSERT_EQ(live.exit_code, 2) << live.out << live.err;
   EXPECT_NE(live.out.find("VERDICT: HANG"), std::string::npos);
   std::ifstream in(report);
