@@ -181,7 +181,7 @@ TEST(Analysis, SingleThreadedPrivateFutexWithoutOwnerIsOrphaned) {
   EXPECT_NE(f->chain[0].to.find("child process 200"), std::string::npos);
 }
 
-TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsProbablyOrphaned) {
+TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsOrphaned) {
   // A worker with an idle helper thread parked on a condition only the
   // worker's main thread would signal.
   SnapBuilder b(100);
@@ -194,9 +194,16 @@ TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsProbablyOrphaned) {
   Diagnosis d = diagnose(b.s);
   const Finding* f = find_kind(d, "orphaned-lock");
   ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->confidence, Confidence::Probable);
+  EXPECT_EQ(f->confidence, Confidence::Certain) << "every thread that could unlock it waits with no timeout";
   EXPECT_EQ(f->tids, (std::vector<int>{200}));
   EXPECT_EQ(d.verdict.status, "hang");
+
+  // If the helper thread waits with a timeout (and did nothing), it is probable.
+  b.find(200)->threads[1].memory.timeout_s = 1.0;
+  Diagnosis timed = diagnose(b.s);
+  f = find_kind(timed, "orphaned-lock");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->confidence, Confidence::Probable);
 }
 
 TEST(Analysis, TimedLockWaitInSingleThreadIsOnlyProbable) {

@@ -347,9 +347,12 @@ class Analyzer {
         add_unique(f.tids, t);
         add_unique(f.pids, pid_of(t));
       }
-      f.confidence = confidence_for(waiters);
-      // With candidate releasers left (all stuck), who holds it is inferred.
-      if (!first.releasers.empty()) f.confidence = Confidence::Probable;
+      // Certain when every thread that could release it is itself in a wait
+      // with no timeout inside the same closed set (strict knot).
+      std::vector<int> involved = waiters;
+      for (const auto& id : ids)
+        for (int r : g().objects.at(id).releasers) add_unique(involved, r);
+      f.confidence = confidence_for(involved);
       f.severity = Severity::Critical;
       for (const auto& id : ids) explained_objects_.insert(id);
       std::string who = waiters.size() == 1 ? thread_label(waiters[0])
