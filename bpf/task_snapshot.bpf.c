@@ -21,118 +21,107 @@
 const volatile bool filter_by_tgid = true;
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1); /* sized from userspace before load */
-	__type(key, __u32);
-	__type(value, __u8);
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 1); /* sized from userspace before load */
+  __type(key, __u32);
+  __type(value, __u8);
 } target_tgids SEC(".maps");
 
 /* The record does not fit on the 512-byte BPF stack. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ht_task_record);
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct ht_task_record);
 } scratch SEC(".maps");
 
-static __always_inline void fill_user_regs(struct task_struct *t, struct ht_task_record *rec)
-{
-	/* A kthread's pt_regs slot holds nothing it ever executed in user mode. */
-	if (rec->task_flags & PF_KTHREAD)
-		return;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	if (!regs)
-		return;
-	/*
-	 * A zombie's stack (where pt_regs live) is already freed. Probe reads
-	 * then fail and BPF_CORE_READ would quietly yield zeros, which read as
-	 * "in read(0, NULL, 0)"; so check one read and trust the rest only if
-	 * it worked (they are all on the same page). orig_ax is -1 outside a
-	 * syscall.
-	 */
-	__s64 nr;
-	if (HT_SYSCALL_NR_CORE_INTO(&nr, regs) != 0)
-		return;
-	rec->syscall_nr = nr;
-	rec->user_ip = PT_REGS_IP_CORE(regs);
-	rec->user_sp = PT_REGS_SP_CORE(regs);
-	rec->user_bp = PT_REGS_FP_CORE(regs);
-	rec->syscall_args[0] = HT_SYSCALL_ARG1_CORE(regs);
-	rec->syscall_args[1] = PT_REGS_PARM2_CORE(regs);
-	rec->syscall_args[2] = PT_REGS_PARM3_CORE(regs);
-	rec->syscall_args[3] = HT_SYSCALL_ARG4_CORE(regs);
-	rec->syscall_args[4] = HT_SYSCALL_ARG5_CORE(regs);
-	rec->syscall_args[5] = HT_SYSCALL_ARG6_CORE(regs);
-	rec->sample_flags |= HT_TASK_HAS_USER_REGS;
+static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task_record* rec) {
+  /* A kthread's pt_regs slot holds nothing it ever executed in user mode. */
+  if (rec->task_flags & PF_KTHREAD) return;
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
+  if (!regs) return;
+  /*
+   * A zombie's stack (where pt_regs live) is already freed. Probe reads
+   * then fail and BPF_CORE_READ would quietly yield zeros, which read as
+   * "in read(0, NULL, 0)"; so check one read and trust the rest only if
+   * it worked (they are all on the same page). orig_ax is -1 outside a
+   * syscall.
+   */
+  __s64 nr;
+  if (HT_SYSCALL_NR_CORE_INTO(&nr, regs) != 0) return;
+  rec->syscall_nr = nr;
+  rec->user_ip = PT_REGS_IP_CORE(regs);
+  rec->user_sp = PT_REGS_SP_CORE(regs);
+  rec->user_bp = PT_REGS_FP_CORE(regs);
+  rec->syscall_args[0] = HT_SYSCALL_ARG1_CORE(regs);
+  rec->syscall_args[1] = PT_REGS_PARM2_CORE(regs);
+  rec->syscall_args[2] = PT_REGS_PARM3_CORE(regs);
+  rec->syscall_args[3] = HT_SYSCALL_ARG4_CORE(regs);
+  rec->syscall_args[4] = HT_SYSCALL_ARG5_CORE(regs);
+  rec->syscall_args[5] = HT_SYSCALL_ARG6_CORE(regs);
+  rec->sample_flags |= HT_TASK_HAS_USER_REGS;
 }
 
 SEC("iter/task")
-int ht_task_snapshot(struct bpf_iter__task *ctx)
-{
-	struct seq_file *seq = ctx->meta->seq;
-	struct task_struct *t = ctx->task;
-	__u32 zero = 0;
+int ht_task_snapshot(struct bpf_iter__task* ctx) {
+  struct seq_file* seq = ctx->meta->seq;
+  struct task_struct* t = ctx->task;
+  __u32 zero = 0;
 
-	if (!t) /* the final call after the last task */
-		return 0;
+  if (!t) /* the final call after the last task */
+    return 0;
 
-	__u32 tgid = BPF_CORE_READ(t, tgid);
-	if (filter_by_tgid && !bpf_map_lookup_elem(&target_tgids, &tgid))
-		return 0;
+  __u32 tgid = BPF_CORE_READ(t, tgid);
+  if (filter_by_tgid && !bpf_map_lookup_elem(&target_tgids, &tgid)) return 0;
 
-	struct ht_task_record *rec = bpf_map_lookup_elem(&scratch, &zero);
-	if (!rec)
-		return 0;
-	/* Reused per-CPU slot: stale frames or regs must not leak into this task. */
-	__builtin_memset(rec, 0, sizeof(*rec));
+  struct ht_task_record* rec = bpf_map_lookup_elem(&scratch, &zero);
+  if (!rec) return 0;
+  /* Reused per-CPU slot: stale frames or regs must not leak into this task. */
+  __builtin_memset(rec, 0, sizeof(*rec));
 
-	rec->abi_version = HT_ABI_VERSION;
-	rec->tid = BPF_CORE_READ(t, pid);
-	rec->tgid = tgid;
-	rec->ppid = BPF_CORE_READ(t, real_parent, tgid);
-	rec->state = ht_task_state(t);
-	rec->exit_state = BPF_CORE_READ(t, exit_state);
-	rec->task_flags = BPF_CORE_READ(t, flags);
-	rec->nvcsw = BPF_CORE_READ(t, nvcsw);
-	rec->nivcsw = BPF_CORE_READ(t, nivcsw);
-	rec->sum_exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
-	rec->start_boottime_ns = BPF_CORE_READ(t, start_boottime);
-	rec->syscall_nr = -1;
-	BPF_CORE_READ_STR_INTO(&rec->comm, t, comm);
+  rec->abi_version = HT_ABI_VERSION;
+  rec->tid = BPF_CORE_READ(t, pid);
+  rec->tgid = tgid;
+  rec->ppid = BPF_CORE_READ(t, real_parent, tgid);
+  rec->state = ht_task_state(t);
+  rec->exit_state = BPF_CORE_READ(t, exit_state);
+  rec->task_flags = BPF_CORE_READ(t, flags);
+  rec->nvcsw = BPF_CORE_READ(t, nvcsw);
+  rec->nivcsw = BPF_CORE_READ(t, nivcsw);
+  rec->sum_exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
+  rec->start_boottime_ns = BPF_CORE_READ(t, start_boottime);
+  rec->syscall_nr = -1;
+  BPF_CORE_READ_STR_INTO(&rec->comm, t, comm);
 
-	if (rec->task_flags & PF_KTHREAD)
-		rec->sample_flags |= HT_TASK_KTHREAD;
-	if (rec->task_flags & PF_EXITING)
-		rec->sample_flags |= HT_TASK_EXITING;
+  if (rec->task_flags & PF_KTHREAD) rec->sample_flags |= HT_TASK_KTHREAD;
+  if (rec->task_flags & PF_EXITING) rec->sample_flags |= HT_TASK_EXITING;
 
-	/*
-	 * Runnable-and-queued counts as running: such a task is not waiting for
-	 * anything but a CPU, and its last_arrival says nothing about a wait.
-	 */
-	bool running = ht_task_on_cpu(t) ||
-		       (rec->state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0);
-	if (running) {
-		rec->sample_flags |= HT_TASK_ON_CPU;
-	} else {
-		/*
-		 * "now" from the reading task's own bookkeeping (same rq clock, at
-		 * most one tick stale) rather than bpf_ktime_get_ns(), which is a
-		 * different clock; exec_start is clock_task (steal-skewed).
-		 */
-		struct task_struct *cur = bpf_get_current_task_btf();
-		__u64 since = ht_last_left_cpu(t);
-		__u64 now = ht_last_left_cpu(cur);
-		if (since && now > since)
-			rec->off_cpu_ns = now - since;
-	}
+  /*
+   * Runnable-and-queued counts as running: such a task is not waiting for
+   * anything but a CPU, and its last_arrival says nothing about a wait.
+   */
+  bool running = ht_task_on_cpu(t) || (rec->state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0);
+  if (running) {
+    rec->sample_flags |= HT_TASK_ON_CPU;
+  } else {
+    /*
+     * "now" from the reading task's own bookkeeping (same rq clock, at
+     * most one tick stale) rather than bpf_ktime_get_ns(), which is a
+     * different clock; exec_start is clock_task (steal-skewed).
+     */
+    struct task_struct* cur = bpf_get_current_task_btf();
+    __u64 since = ht_last_left_cpu(t);
+    __u64 now = ht_last_left_cpu(cur);
+    if (since && now > since) rec->off_cpu_ns = now - since;
+  }
 
-	long n = bpf_get_task_stack(t, rec->kstack, sizeof(rec->kstack), 0);
-	rec->kstack_frames = n < 0 ? (__s32)n : (__s32)(n / sizeof(__u64));
+  long n = bpf_get_task_stack(t, rec->kstack, sizeof(rec->kstack), 0);
+  rec->kstack_frames = n < 0 ? (__s32)n : (__s32)(n / sizeof(__u64));
 
-	fill_user_regs(t, rec);
+  fill_user_regs(t, rec);
 
-	bpf_seq_write(seq, rec, sizeof(*rec));
-	return 0;
+  bpf_seq_write(seq, rec, sizeof(*rec));
+  return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -9,22 +9,18 @@
 
 /* Before 5.14 the field was `long state`. */
 struct task_struct___pre_5_14 {
-	long state;
+  long state;
 } __attribute__((preserve_access_index));
 
-static __always_inline __u32 ht_task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return (__u32)BPF_CORE_READ((struct task_struct___pre_5_14 *)t, state);
+static __always_inline __u32 ht_task_state(struct task_struct* t) {
+  if (bpf_core_field_exists(t->__state)) return BPF_CORE_READ(t, __state);
+  return (__u32)BPF_CORE_READ((struct task_struct___pre_5_14*)t, state);
 }
 
 /* on_cpu only exists on CONFIG_SMP kernels. */
-static __always_inline bool ht_task_on_cpu(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->on_cpu))
-		return BPF_CORE_READ(t, on_cpu) != 0;
-	return false;
+static __always_inline bool ht_task_on_cpu(struct task_struct* t) {
+  if (bpf_core_field_exists(t->on_cpu)) return BPF_CORE_READ(t, on_cpu) != 0;
+  return false;
 }
 
 /*
@@ -35,16 +31,13 @@ static __always_inline bool ht_task_on_cpu(struct task_struct *t)
  * Both parts come from rq_clock() (not clock_task), so steal/irq time does not
  * skew the difference between two tasks. Returns 0 without CONFIG_SCHED_INFO.
  */
-static __always_inline __u64 ht_last_left_cpu(struct task_struct *t)
-{
-	if (!bpf_core_field_exists(t->sched_info.last_arrival))
-		return 0;
-	__u64 arrival = BPF_CORE_READ(t, sched_info.last_arrival);
-	__u64 sum = BPF_CORE_READ(t, se.sum_exec_runtime);
-	__u64 prev = BPF_CORE_READ(t, se.prev_sum_exec_runtime);
-	if (!arrival)
-		return 0;
-	return arrival + (sum > prev ? sum - prev : 0);
+static __always_inline __u64 ht_last_left_cpu(struct task_struct* t) {
+  if (!bpf_core_field_exists(t->sched_info.last_arrival)) return 0;
+  __u64 arrival = BPF_CORE_READ(t, sched_info.last_arrival);
+  __u64 sum = BPF_CORE_READ(t, se.sum_exec_runtime);
+  __u64 prev = BPF_CORE_READ(t, se.prev_sum_exec_runtime);
+  if (!arrival) return 0;
+  return arrival + (sum > prev ? sum - prev : 0);
 }
 
 /*

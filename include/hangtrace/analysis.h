@@ -23,18 +23,29 @@
 
 namespace hangtrace {
 
-enum class ObjectKind { Futex, Pipe, UnixSocket, TcpSocket, UdpSocket, Socket, EventFd, File, Child, Unknown };
+enum class ObjectKind {
+  Futex,
+  Pipe,
+  UnixSocket,
+  TcpSocket,
+  UdpSocket,
+  Socket,
+  EventFd,
+  File,
+  Child,
+  Unknown
+};
 const char* object_kind_name(ObjectKind k);
 
 struct WaitObject {
-  std::string id;        // stable key: "pipe:[123]", "futex:shared:0:5:1234:0x40", "child:77"
+  std::string id;  // stable key: "pipe:[123]", "futex:shared:0:5:1234:0x40", "child:77"
   ObjectKind kind = ObjectKind::Unknown;
-  std::string label;     // for people: "pipe:[123]", "lock in /dev/shm/sem.mp-ab12 (deleted)+0x0"
-  std::vector<int> waiters;    // tids waiting on it
-  std::vector<int> releasers;  // tids that could end the wait (never a waiter of it)
-  std::vector<int> holder_pids;  // processes holding the other end / mapping the lock
-  bool ready = false;          // the kernel says the wait is already satisfied
-  bool external = false;       // released by something outside this host or snapshot
+  std::string label;               // for people: "pipe:[123]", "lock in /dev/shm/sem.mp-ab12 (deleted)+0x0"
+  std::vector<int> waiters;        // tids waiting on it
+  std::vector<int> releasers;      // tids that could end the wait (never a waiter of it)
+  std::vector<int> holder_pids;    // processes holding the other end / mapping the lock
+  bool ready = false;              // the kernel says the wait is already satisfied
+  bool external = false;           // released by something outside this host or snapshot
   bool releasers_certain = false;  // releasers known exactly (a lock's owner, a peer socket)
   bool only_self_holders = false;  // other end held only by the waiters' own process
   std::optional<int> owner_tid;    // a lock's owner, when the lock word records it
@@ -44,13 +55,13 @@ struct WaitObject {
 };
 
 enum class Activity {
-  Running,      // on CPU or runnable
-  Blocked,      // waiting with no timeout
-  TimedWait,    // waiting with a timeout (may be a retry loop)
-  Sleeping,     // a plain timed sleep: wakes by itself
-  DiskWait,     // uninterruptible (D): usually I/O in progress
-  Stopped,      // SIGSTOP / ptrace stop
-  Dead,         // zombie or exiting
+  Running,    // on CPU or runnable
+  Blocked,    // waiting with no timeout
+  TimedWait,  // waiting with a timeout (may be a retry loop)
+  Sleeping,   // a plain timed sleep: wakes by itself
+  DiskWait,   // uninterruptible (D): usually I/O in progress
+  Stopped,    // SIGSTOP / ptrace stop
+  Dead,       // zombie or exiting
   Unknown,
 };
 const char* activity_name(Activity a);
@@ -60,12 +71,12 @@ struct ThreadWait {
   int pid = 0;
   Activity activity = Activity::Unknown;
   WaitClass wait_class = WaitClass::None;
-  std::string syscall_text;     // "futex(0x7f.., FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG, 0, NULL)"
-  std::string summary;          // "waits on lock 0x7f..40 (private, no owner)"
+  std::string syscall_text;          // "futex(0x7f.., FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG, 0, NULL)"
+  std::string summary;               // "waits on lock 0x7f..40 (private, no owner)"
   std::vector<std::string> objects;  // WaitObject ids (OR)
   std::optional<double> timeout_s;
-  std::optional<double> blocked_s;   // from the kernel's scheduler bookkeeping
-  bool progressed = false;           // CPU or I/O moved between the two samples
+  std::optional<double> blocked_s;        // from the kernel's scheduler bookkeeping
+  bool progressed = false;                // CPU or I/O moved between the two samples
   std::vector<std::string> kernel_stack;  // function names, innermost first
 };
 
@@ -83,7 +94,7 @@ WaitGraph build_wait_graph(const Snapshot& snapshot);
 
 struct ChainStep {
   std::string from;
-  std::string edge;   // "waits on", "can be released by", "held by"
+  std::string edge;  // "waits on", "can be released by", "held by"
   std::string to;
 };
 
@@ -93,27 +104,27 @@ const char* severity_name(Severity s);
 const char* confidence_name(Confidence c);
 
 struct Finding {
-  std::string id;        // "F1"
-  std::string kind;      // stable: "deadlock-cycle", "orphaned-lock", ...
+  std::string id;    // "F1"
+  std::string kind;  // stable: "deadlock-cycle", "orphaned-lock", ...
   Severity severity = Severity::Info;
   Confidence confidence = Confidence::Probable;
   std::vector<int> pids, tids;
   std::string summary;
-  std::vector<ChainStep> chain;      // from the target's main thread to the cause
+  std::vector<ChainStep> chain;  // from the target's main thread to the cause
   std::vector<std::string> evidence;
   std::vector<std::string> advice;
   nlohmann::json details = nlohmann::json::object();
-  int rank = 0;          // ordering key, lower first (not exported)
+  int rank = 0;  // ordering key, lower first (not exported)
 };
 
 struct AnalysisOptions {
-  double stall_after_s = 10.0;   // a socket wait this long counts as stalled
+  double stall_after_s = 10.0;  // a socket wait this long counts as stalled
   double shm_full_ratio = 0.90;
   uint64_t progress_cpu_ns = 2'000'000;  // more CPU than this between samples = progress
 };
 
 struct Verdict {
-  std::string status;    // "hang", "suspect", "ok"
+  std::string status;  // "hang", "suspect", "ok"
   std::string summary;
 };
 
@@ -121,8 +132,8 @@ struct Diagnosis {
   WaitGraph graph;
   std::vector<Finding> findings;
   Verdict verdict;
-  std::vector<int> deadlocked_tids;          // certain: no timed wait involved
-  std::vector<int> probably_deadlocked_tids; // only with timed retry loops counted
+  std::vector<int> deadlocked_tids;           // certain: no timed wait involved
+  std::vector<int> probably_deadlocked_tids;  // only with timed retry loops counted
 };
 
 Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options = {});

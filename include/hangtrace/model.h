@@ -16,46 +16,46 @@ namespace hangtrace {
 
 enum class FdKind {
   Unknown,
-  Pipe,          // "pipe:[INODE]"
-  Socket,        // "socket:[INODE]"
-  EventFd,       // "anon_inode:[eventfd]"
-  Epoll,         // "anon_inode:[eventpoll]"
-  TimerFd,       // "anon_inode:[timerfd]"
-  SignalFd,      // "anon_inode:[signalfd]"
-  PidFd,         // "anon_inode:[pidfd]"
-  OtherAnon,     // other anon_inode:[...]
-  File,          // a path on a regular file system
-  ShmFile,       // a path under the target's /dev/shm
-  Device,        // /dev/...
+  Pipe,       // "pipe:[INODE]"
+  Socket,     // "socket:[INODE]"
+  EventFd,    // "anon_inode:[eventfd]"
+  Epoll,      // "anon_inode:[eventpoll]"
+  TimerFd,    // "anon_inode:[timerfd]"
+  SignalFd,   // "anon_inode:[signalfd]"
+  PidFd,      // "anon_inode:[pidfd]"
+  OtherAnon,  // other anon_inode:[...]
+  File,       // a path on a regular file system
+  ShmFile,    // a path under the target's /dev/shm
+  Device,     // /dev/...
 };
 
 struct EpollWatch {
-  int target_fd = -1;     // "tfd:" in fdinfo
-  uint32_t events = 0;    // EPOLL* mask
-  uint64_t inode = 0;     // "ino:" (hex in fdinfo)
+  int target_fd = -1;   // "tfd:" in fdinfo
+  uint32_t events = 0;  // EPOLL* mask
+  uint64_t inode = 0;   // "ino:" (hex in fdinfo)
 };
 
 struct FdEntry {
   int fd = -1;
-  std::string link;       // readlink(/proc/PID/fd/N)
+  std::string link;  // readlink(/proc/PID/fd/N)
   FdKind kind = FdKind::Unknown;
-  uint64_t inode = 0;     // pipe/socket inode, or the file's inode from fdinfo
-  uint32_t flags = 0;     // "flags:" from fdinfo (octal there), O_ACCMODE etc.
+  uint64_t inode = 0;  // pipe/socket inode, or the file's inode from fdinfo
+  uint32_t flags = 0;  // "flags:" from fdinfo (octal there), O_ACCMODE etc.
   uint64_t pos = 0;
   std::optional<uint64_t> eventfd_id;  // "eventfd-id:" (6.x kernels)
   std::vector<EpollWatch> epoll;       // for FdKind::Epoll
   // Readiness probed on a duplicate of the fd (pidfd_getfd + poll(0)):
   // POLLIN/POLLOUT/POLLHUP bits, or -1 when not probed.
   int32_t ready_events = -1;
-  int64_t queued_bytes = -1;           // FIONREAD on pipes/sockets, -1 unknown
+  int64_t queued_bytes = -1;  // FIONREAD on pipes/sockets, -1 unknown
 };
 
 struct Mapping {
   uint64_t start = 0, end = 0, offset = 0;
-  std::string perms;      // "rw-s"
+  std::string perms;  // "rw-s"
   uint32_t dev_major = 0, dev_minor = 0;
   uint64_t inode = 0;
-  std::string path;       // may end in " (deleted)"
+  std::string path;  // may end in " (deleted)"
   bool shared() const { return perms.size() >= 4 && perms[3] == 's'; }
 };
 
@@ -79,35 +79,35 @@ struct WaitMemory {
   std::vector<std::pair<int, uint32_t>> poll_fds;
   // Timeout the syscall was given, in seconds (relative), when it has one.
   std::optional<double> timeout_s;
-  bool timeout_absolute = false;       // FUTEX_WAIT_BITSET / clock_nanosleep ABS
+  bool timeout_absolute = false;  // FUTEX_WAIT_BITSET / clock_nanosleep ABS
 };
 
 struct KernelFrame {
   uint64_t addr = 0;
-  std::string symbol;     // "futex_wait_queue+0x5f" (kallsyms), empty if unknown
+  std::string symbol;  // "futex_wait_queue+0x5f" (kallsyms), empty if unknown
 };
 
 // From the BPF task iterator (include/hangtrace/abi.h ht_task_record).
 struct KernelTaskView {
-  uint32_t state = 0;         // task->__state
-  uint32_t task_flags = 0;    // PF_*
+  uint32_t state = 0;       // task->__state
+  uint32_t task_flags = 0;  // PF_*
   bool on_cpu = false;
-  uint64_t off_cpu_ns = 0;    // how long since it last ran (scheduler clock)
+  uint64_t off_cpu_ns = 0;  // how long since it last ran (scheduler clock)
   uint64_t sum_exec_ns = 0;
   uint64_t nvcsw = 0, nivcsw = 0;
   uint64_t user_ip = 0, user_sp = 0, user_bp = 0;
   std::vector<KernelFrame> stack;
-  int32_t stack_error = 0;    // -errno from bpf_get_task_stack, 0 if fine
+  int32_t stack_error = 0;  // -errno from bpf_get_task_stack, 0 if fine
 };
 
 struct ThreadInfo {
   int tid = 0;
   std::string comm;
-  char state = '?';           // /proc stat state: R S D T t Z X I
+  char state = '?';  // /proc stat state: R S D T t Z X I
   SyscallState syscall;
-  std::optional<KernelTaskView> kernel;   // absent when BPF was unavailable
+  std::optional<KernelTaskView> kernel;  // absent when BPF was unavailable
   WaitMemory memory;
-  uint64_t voluntary_switches = 0;        // /proc status voluntary_ctxt_switches
+  uint64_t voluntary_switches = 0;  // /proc status voluntary_ctxt_switches
   uint64_t involuntary_switches = 0;
   // Progress counters sampled twice (start and end of the snapshot):
   // CPU ns and I/O bytes; used to tell a stuck timed-wait loop from a live one.
@@ -122,13 +122,13 @@ struct ProcessInfo {
   int pid = 0;
   int ppid = 0;
   std::string comm;
-  std::string cmdline;        // NUL separators replaced by spaces
+  std::string cmdline;  // NUL separators replaced by spaces
   std::string exe;
   char state = '?';
-  uint32_t flags = 0;         // PF_* from /proc stat field 9
+  uint32_t flags = 0;  // PF_* from /proc stat field 9
   ProcessRole role = ProcessRole::Target;
   bool is_python = false;
-  uint64_t netns = 0, mntns = 0;   // namespace inodes
+  uint64_t netns = 0, mntns = 0;  // namespace inodes
   std::vector<ThreadInfo> threads;
   std::vector<FdEntry> fds;
   std::vector<Mapping> maps;       // only shared and futex-relevant mappings
@@ -140,28 +140,28 @@ struct ProcessInfo {
 struct SocketInfo {
   uint64_t inode = 0;
   uint64_t netns = 0;
-  std::string family;         // "unix", "tcp", "tcp6", "udp", "udp6"
-  std::string state;          // "ESTABLISHED", "LISTEN", ... (unix: "CONNECTED")
-  std::string local;          // "127.0.0.1:5000" / "[::1]:5000" / unix path or "@abstract"
+  std::string family;  // "unix", "tcp", "tcp6", "udp", "udp6"
+  std::string state;   // "ESTABLISHED", "LISTEN", ... (unix: "CONNECTED")
+  std::string local;   // "127.0.0.1:5000" / "[::1]:5000" / unix path or "@abstract"
   std::string remote;
   uint64_t rx_queue = 0, tx_queue = 0;
-  uint64_t peer_inode = 0;    // unix: from sock_diag; tcp: matched reverse tuple
+  uint64_t peer_inode = 0;  // unix: from sock_diag; tcp: matched reverse tuple
   bool remote_is_local_host = false;
 };
 
 struct ShmSegment {
-  std::string name;           // file name under /dev/shm
-  uint64_t size_bytes = 0;    // st_size
-  uint64_t allocated_bytes = 0;   // st_blocks * 512
-  std::vector<int> mapped_by;     // pids mapping or holding it open
+  std::string name;              // file name under /dev/shm
+  uint64_t size_bytes = 0;       // st_size
+  uint64_t allocated_bytes = 0;  // st_blocks * 512
+  std::vector<int> mapped_by;    // pids mapping or holding it open
 };
 
 struct ShmInfo {
   bool available = false;
-  std::string mount_path;     // as seen through /proc/PID/root
-  uint64_t size_bytes = 0;    // statvfs f_blocks * f_frsize
+  std::string mount_path;   // as seen through /proc/PID/root
+  uint64_t size_bytes = 0;  // statvfs f_blocks * f_frsize
   uint64_t used_bytes = 0;
-  std::vector<ShmSegment> largest;   // by allocated bytes, up to 10
+  std::vector<ShmSegment> largest;  // by allocated bytes, up to 10
   // Deleted-but-mapped segments (torch shares tensors this way) count in
   // used_bytes yet have no name; they are listed from the maps.
   uint64_t unlinked_mapped_bytes = 0;
@@ -172,8 +172,8 @@ struct Snapshot {
   std::string hangtrace_version;
   std::string hostname;
   std::string kernel_release;
-  double taken_at_unix = 0;       // wall clock, seconds
-  double sample_window_s = 0;     // time between progress samples
+  double taken_at_unix = 0;    // wall clock, seconds
+  double sample_window_s = 0;  // time between progress samples
   int target_pid = 0;
   std::vector<ProcessInfo> processes;
   std::vector<SocketInfo> sockets;

@@ -20,18 +20,18 @@
 
 namespace hangtrace::procfs {
 
-constexpr uint32_t kPfKthread = 0x00200000;   // PF_KTHREAD in stat field 9
-constexpr uint32_t kPfExiting = 0x00000004;   // PF_EXITING
+constexpr uint32_t kPfKthread = 0x00200000;  // PF_KTHREAD in stat field 9
+constexpr uint32_t kPfExiting = 0x00000004;  // PF_EXITING
 
 // ---- /proc/PID/stat and /proc/PID/task/TID/stat --------------------------
 struct ProcStat {
   int pid = 0;
-  std::string comm;          // between the first '(' and the LAST ')'
+  std::string comm;  // between the first '(' and the LAST ')'
   char state = '?';
   int ppid = 0;
   int pgrp = 0;
   int session = 0;
-  uint32_t flags = 0;        // field 9, PF_*
+  uint32_t flags = 0;  // field 9, PF_*
   uint64_t utime_ticks = 0, stime_ticks = 0;
   int num_threads = 0;
   uint64_t start_time_ticks = 0;   // field 22: tells a reused PID from the original
@@ -64,22 +64,22 @@ Result<SyscallState> parse_syscall(std::string_view text);
 // ---- /proc/PID/fd/N link text -----------------------------------------------
 struct FdLinkInfo {
   FdKind kind = FdKind::Unknown;
-  uint64_t inode = 0;        // pipe:[N] / socket:[N]; 0 for the rest
-  bool deleted = false;      // the path ended in " (deleted)"
-  std::string path;          // the path without " (deleted)", paths only
-  std::string anon_type;     // "eventfd", "io_uring", ... for anon inodes
+  uint64_t inode = 0;     // pipe:[N] / socket:[N]; 0 for the rest
+  bool deleted = false;   // the path ended in " (deleted)"
+  std::string path;       // the path without " (deleted)", paths only
+  std::string anon_type;  // "eventfd", "io_uring", ... for anon inodes
 };
 FdLinkInfo classify_fd_link(std::string_view link);
 
 // ---- /proc/PID/fdinfo/N -----------------------------------------------------
 struct FdInfo {
   uint64_t pos = 0;
-  uint32_t flags = 0;        // octal in the file
+  uint32_t flags = 0;  // octal in the file
   std::optional<int> mnt_id;
-  std::optional<uint64_t> inode;        // "ino:"
-  std::optional<uint64_t> eventfd_id;   // "eventfd-id:"
+  std::optional<uint64_t> inode;       // "ino:"
+  std::optional<uint64_t> eventfd_id;  // "eventfd-id:"
   std::optional<uint64_t> eventfd_count;
-  std::vector<EpollWatch> epoll;        // "tfd:" lines of an epoll fd
+  std::vector<EpollWatch> epoll;  // "tfd:" lines of an epoll fd
 };
 // Needs pos and flags; an epoll "tfd:" line that does not parse is an error.
 Result<FdInfo> parse_fdinfo(std::string_view text);
@@ -90,15 +90,14 @@ Result<std::vector<Mapping>> parse_maps(std::string_view text);
 
 // ---- /proc/net/{tcp,tcp6,udp,udp6} -----------------------------------------
 struct InetSocketEntry {
-  SocketInfo info;           // family, state, local, remote, queues, inode
-  std::string local_ip;      // "127.0.0.1" / "::1" (no brackets)
+  SocketInfo info;       // family, state, local, remote, queues, inode
+  std::string local_ip;  // "127.0.0.1" / "::1" (no brackets)
   std::string remote_ip;
   uint16_t local_port = 0, remote_port = 0;
-  int state_code = 0;        // the kernel's TCP_* number
+  int state_code = 0;  // the kernel's TCP_* number
 };
 // `family` is "tcp", "tcp6", "udp" or "udp6" and picks the address width.
-Result<std::vector<InetSocketEntry>> parse_inet_sockets(std::string_view text,
-                                                        const std::string& family);
+Result<std::vector<InetSocketEntry>> parse_inet_sockets(std::string_view text, const std::string& family);
 // "ESTABLISHED", "LISTEN", ... (UDP reuses the TCP numbers: 07 is "CLOSE").
 std::string tcp_state_name(int state_code);
 // 127.0.0.0/8, ::1, ::ffff:127.x.x.x.
@@ -109,11 +108,11 @@ std::string unmap_ipv4(const std::string& ip);
 // ---- /proc/net/unix ---------------------------------------------------------
 struct UnixSocketEntry {
   uint64_t inode = 0;
-  uint32_t type = 0;         // SOCK_STREAM=1, SOCK_DGRAM=2, SOCK_SEQPACKET=5
-  int socket_state = 0;      // SS_UNCONNECTED=1 .. SS_DISCONNECTING=4
-  bool listening = false;    // __SO_ACCEPTCON in Flags
-  std::string state;         // "LISTEN", "CONNECTED", "UNCONNECTED", ...
-  std::string path;          // "" unnamed, "@name" abstract
+  uint32_t type = 0;       // SOCK_STREAM=1, SOCK_DGRAM=2, SOCK_SEQPACKET=5
+  int socket_state = 0;    // SS_UNCONNECTED=1 .. SS_DISCONNECTING=4
+  bool listening = false;  // __SO_ACCEPTCON in Flags
+  std::string state;       // "LISTEN", "CONNECTED", "UNCONNECTED", ...
+  std::string path;        // "" unnamed, "@name" abstract
 };
 Result<std::vector<UnixSocketEntry>> parse_unix_sockets(std::string_view text);
 
@@ -157,8 +156,8 @@ class ProcFs {
   explicit ProcFs(std::string root = "/proc") : root_(std::move(root)) {}
   const std::string& root() const { return root_; }
 
-  std::string pid_path(int pid) const;                    // ROOT/PID
-  std::string task_path(int pid, int tid) const;          // ROOT/PID/task/TID
+  std::string pid_path(int pid) const;            // ROOT/PID
+  std::string task_path(int pid, int tid) const;  // ROOT/PID/task/TID
 
   Result<ProcStat> stat(int pid, int* err = nullptr) const;
   Result<ProcStat> thread_stat(int pid, int tid, int* err = nullptr) const;

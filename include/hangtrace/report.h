@@ -14,11 +14,12 @@ namespace hangtrace {
 inline constexpr const char* kReportSchema = "hangtrace.report/1";
 
 struct ReportOptions {
-  int verbosity = 0;      // -v: all threads, not only the interesting ones; -vv: kernel stacks
+  int verbosity = 0;  // -v: all threads, not only the interesting ones; -vv: kernel stacks
   bool color = false;
 };
 
-std::string render_text(const Snapshot& snapshot, const Diagnosis& diagnosis, const ReportOptions& options = {});
+std::string render_text(const Snapshot& snapshot, const Diagnosis& diagnosis,
+                        const ReportOptions& options = {});
 nlohmann::json render_json(const Snapshot& snapshot, const Diagnosis& diagnosis);
 
 }  // namespace hangtrace

@@ -10,26 +10,26 @@ namespace hangtrace {
 
 // What a blocked syscall waits for, before any object is resolved.
 enum class WaitClass {
-  None,        // not a waiting syscall (or not in a syscall)
-  Futex,       // futex, futex_waitv, futex_wait
-  FdRead,      // read/readv/pread/recv*: args[0] is the fd
-  FdWrite,     // write/writev/pwrite/send*: args[0] is the fd
-  Poll,        // poll/ppoll: pollfd array in memory
-  Select,      // select/pselect6: fd_sets in memory
-  Epoll,       // epoll_wait/epoll_pwait/epoll_pwait2: args[0] is the epoll fd
-  Accept,      // accept/accept4: args[0] is the listening fd
-  Connect,     // connect: args[0]
-  ChildWait,   // wait4/waitid
-  Sleep,       // nanosleep/clock_nanosleep
-  Pause,       // pause/rt_sigsuspend/rt_sigtimedwait
-  Other,       // a syscall that may block, not modelled yet (flock, msgrcv, ...)
+  None,       // not a waiting syscall (or not in a syscall)
+  Futex,      // futex, futex_waitv, futex_wait
+  FdRead,     // read/readv/pread/recv*: args[0] is the fd
+  FdWrite,    // write/writev/pwrite/send*: args[0] is the fd
+  Poll,       // poll/ppoll: pollfd array in memory
+  Select,     // select/pselect6: fd_sets in memory
+  Epoll,      // epoll_wait/epoll_pwait/epoll_pwait2: args[0] is the epoll fd
+  Accept,     // accept/accept4: args[0] is the listening fd
+  Connect,    // connect: args[0]
+  ChildWait,  // wait4/waitid
+  Sleep,      // nanosleep/clock_nanosleep
+  Pause,      // pause/rt_sigsuspend/rt_sigtimedwait
+  Other,      // a syscall that may block, not modelled yet (flock, msgrcv, ...)
 };
 
 const char* wait_class_name(WaitClass c);
 
 struct SyscallDesc {
   int64_t nr = -1;
-  std::string name;          // "futex", "read", ... or "syscall_N"
+  std::string name;  // "futex", "read", ... or "syscall_N"
   WaitClass wait = WaitClass::None;
 };
 
@@ -37,14 +37,14 @@ SyscallDesc describe_syscall(int64_t nr);
 
 // futex(2) op word decoding.
 struct FutexOp {
-  int cmd = 0;               // op & FUTEX_CMD_MASK
-  std::string cmd_name;      // "FUTEX_WAIT_BITSET"
-  bool is_private = false;   // FUTEX_PRIVATE_FLAG
+  int cmd = 0;              // op & FUTEX_CMD_MASK
+  std::string cmd_name;     // "FUTEX_WAIT_BITSET"
+  bool is_private = false;  // FUTEX_PRIVATE_FLAG
   bool clock_realtime = false;
-  bool is_wait = false;      // a command that sleeps (WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI)
-  bool is_pi = false;        // LOCK_PI / LOCK_PI2 / WAIT_REQUEUE_PI / TRYLOCK_PI
+  bool is_wait = false;  // a command that sleeps (WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI)
+  bool is_pi = false;    // LOCK_PI / LOCK_PI2 / WAIT_REQUEUE_PI / TRYLOCK_PI
   bool absolute_timeout = false;  // WAIT_BITSET and LOCK_PI take absolute times
-  std::string text;          // "FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG|FUTEX_CLOCK_REALTIME"
+  std::string text;               // "FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG|FUTEX_CLOCK_REALTIME"
 };
 
 FutexOp decode_futex_op(uint32_t op);
@@ -58,7 +58,7 @@ constexpr uint32_t kFutexOwnerDied = 0x40000000;
 struct TimeoutArg {
   enum class Kind { None, TimespecPtr, Milliseconds, TimevalPtr } kind = Kind::None;
   int arg_index = -1;
-  bool absolute = false;     // the timespec is an absolute time
+  bool absolute = false;  // the timespec is an absolute time
 };
 TimeoutArg timeout_arg(int64_t nr, const uint64_t args[6]);
 

@@ -25,8 +25,8 @@ TEST(Cli, NotRootIsOneLine) {
   HANGTRACE_REQUIRE_BPF();
   Workload sleeper({repro_path("repro_sleeper")});
   ASSERT_FALSE(sleeper.wait_for_line("READY").empty());
-  auto r = run_command({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", hangtrace_path(), "--pid",
-                        std::to_string(sleeper.pid())});
+  auto r = run_command({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", hangtrace_path(),
+                        "--pid", std::to_string(sleeper.pid())});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("needs root"), std::string::npos) << r.err;
@@ -91,7 +91,8 @@ TEST(Cli, SavedSnapshotReanalysesToTheSameVerdict) {
   EXPECT_EQ(j2["verdict"], j["verdict"]);
   EXPECT_EQ(j2["findings"][0]["kind"], j["findings"][0]["kind"]);
 
-  auto unwritable = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", dir + "/no/such/dir/r.json"});
+  auto unwritable =
+      run_command({hangtrace_path(), "--from-snapshot", snap, "--json", dir + "/no/such/dir/r.json"});
   EXPECT_EQ(unwritable.exit_code, 1);
   EXPECT_NE(unwritable.err.find("failed to write"), std::string::npos) << unwritable.err;
   struct stat st {};

@@ -71,8 +71,10 @@ const FdEntry* fd_entry(const ProcessInfo& p, int fd) {
 std::string describe(const Snapshot& s) {
   std::string out;
   for (const auto& p : s.processes) {
-    out += "pid " + std::to_string(p.pid) + " (" + p.comm + ") role " + std::to_string(static_cast<int>(p.role)) + "\n";
-    for (const auto& t : p.threads) out += "  tid " + std::to_string(t.tid) + " nr " + std::to_string(t.syscall.nr) + "\n";
+    out += "pid " + std::to_string(p.pid) + " (" + p.comm + ") role " +
+           std::to_string(static_cast<int>(p.role)) + "\n";
+    for (const auto& t : p.threads)
+      out += "  tid " + std::to_string(t.tid) + " nr " + std::to_string(t.syscall.nr) + "\n";
     for (const auto& f : p.fds) out += "  fd " + std::to_string(f.fd) + " " + f.link + "\n";
   }
   for (const auto& l : s.limitations) out += "limitation: " + l + "\n";
@@ -512,7 +514,8 @@ TEST(Collector, LeaderThreadExitedButProcessLives) {
   ASSERT_TRUE(f) << "a live process keeps its fds\n" << describe(*snap);
   EXPECT_EQ(f->kind, FdKind::Pipe);
   EXPECT_EQ(f->queued_bytes, 0);
-  auto t = std::find_if(p->threads.begin(), p->threads.end(), [&](const ThreadInfo& x) { return x.tid == reader; });
+  auto t = std::find_if(p->threads.begin(), p->threads.end(),
+                        [&](const ThreadInfo& x) { return x.tid == reader; });
   ASSERT_NE(t, p->threads.end());
   EXPECT_EQ(t->syscall.nr, kSysRead);
   EXPECT_FALSE(p->maps.empty() && p->fds.empty());

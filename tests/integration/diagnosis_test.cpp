@@ -107,7 +107,8 @@ TEST(Diagnosis, PipeFutexCycleIsACertainDeadlock) {
   // The cycle runs through the pipe the parent reads: it must be named.
   std::string pipe_link = blocked_fd_link(parent);
   ASSERT_EQ(pipe_link.rfind("pipe:[", 0), 0u) << pipe_link;
-  EXPECT_NE(f.dump().find(pipe_link), std::string::npos) << "cycle does not name " << pipe_link << "\n" << run.dump();
+  EXPECT_NE(f.dump().find(pipe_link), std::string::npos) << "cycle does not name " << pipe_link << "\n"
+                                                         << run.dump();
 }
 
 // The reader kept its own copy of the write end; every writer exited.

@@ -71,7 +71,8 @@ std::string Workload::wait_for_line(const std::string& prefix, std::chrono::mill
       buffer_.erase(0, nl + 1);
       if (line.rfind(prefix, 0) == 0) return line;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return "";
     pollfd p{stdout_fd_, POLLIN, 0};
     int r = poll(&p, 1, static_cast<int>(left.count()));
@@ -101,7 +102,8 @@ CommandResult run_command(const std::vector<std::string>& argv_in, std::chrono::
   auto deadline = std::chrono::steady_clock::now() + timeout;
   bool out_open = true, err_open = true;
   while (out_open || err_open) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       kill(pid, SIGKILL);
       break;
@@ -133,7 +135,7 @@ std::string hangtrace_path() { return HANGTRACE_BIN; }
 std::vector<int> parse_ready_pids(const std::string& line) {
   std::istringstream in(line);
   std::string word;
-  in >> word;   // "READY"
+  in >> word;  // "READY"
   std::vector<int> pids;
   int pid;
   while (in >> pid) pids.push_back(pid);
@@ -218,8 +220,10 @@ std::vector<nlohmann::json> HangtraceRun::findings(const std::string& kind) cons
 std::string HangtraceRun::dump() const {
   std::ostringstream out;
   out << "hangtrace exit code " << cmd.exit_code << "\n--- stderr ---\n" << cmd.err << "\n--- report ---\n";
-  if (!report.is_null()) out << report.dump(2);
-  else out << "(not JSON: " << parse_error << ")\n" << cmd.out;
+  if (!report.is_null())
+    out << report.dump(2);
+  else
+    out << "(not JSON: " << parse_error << ")\n" << cmd.out;
   return out.str();
 }
 

@@ -17,10 +17,10 @@ namespace hangtrace::testing {
 // "" when root + BTF are present, else the reason to skip.
 std::string missing_privileges();
 
-#define HANGTRACE_REQUIRE_BPF()                                       \
-  do {                                                                \
-    std::string why = ::hangtrace::testing::missing_privileges();     \
-    if (!why.empty()) GTEST_SKIP() << why;                            \
+#define HANGTRACE_REQUIRE_BPF()                                   \
+  do {                                                            \
+    std::string why = ::hangtrace::testing::missing_privileges(); \
+    if (!why.empty()) GTEST_SKIP() << why;                        \
   } while (0)
 
 // A child process whose stdout is a pipe we read lines from. Killed (its
@@ -47,16 +47,16 @@ class Workload {
 
 struct CommandResult {
   int exit_code = -1;
-  std::string out;   // stdout
-  std::string err;   // stderr
+  std::string out;  // stdout
+  std::string err;  // stderr
 };
 
 // Runs argv to completion (with a timeout), capturing stdout and stderr.
 CommandResult run_command(const std::vector<std::string>& argv,
                           std::chrono::seconds timeout = std::chrono::seconds(60));
 
-std::string repro_path(const std::string& name);   // HANGTRACE_REPRO_DIR/name
-std::string hangtrace_path();                      // HANGTRACE_BIN
+std::string repro_path(const std::string& name);  // HANGTRACE_REPRO_DIR/name
+std::string hangtrace_path();                     // HANGTRACE_BIN
 
 // "READY 12 34 56" -> {12, 34, 56}: the integers after the first word.
 std::vector<int> parse_ready_pids(const std::string& line);
@@ -64,12 +64,12 @@ std::vector<int> parse_ready_pids(const std::string& line);
 // One thread as /proc shows it right now.
 struct ThreadState {
   int tid = 0;
-  char state = '?';        // /proc/PID/task/TID/stat field 3
-  long syscall_nr = -2;    // /proc/PID/task/TID/syscall: nr, -1 not in one, -2 "running"/unreadable
+  char state = '?';      // /proc/PID/task/TID/stat field 3
+  long syscall_nr = -2;  // /proc/PID/task/TID/syscall: nr, -1 not in one, -2 "running"/unreadable
   std::string wchan;
 };
 std::vector<ThreadState> thread_states(int pid);
-std::string describe_threads(int pid);   // one line per thread, for failure messages
+std::string describe_threads(int pid);  // one line per thread, for failure messages
 
 // Polls /proc (every 10 ms, no guessing sleeps) until every thread of `pid`
 // sleeps (state S or D) inside a syscall -- one of `syscalls` when that is
@@ -81,7 +81,7 @@ std::string wait_until_blocked(int pid, std::chrono::milliseconds timeout = std:
 // `hangtrace --pid PID --json - EXTRA...`, with stdout parsed when it is JSON.
 struct HangtraceRun {
   CommandResult cmd;
-  nlohmann::json report;    // null when stdout was not JSON
+  nlohmann::json report;  // null when stdout was not JSON
   std::string parse_error;
   // The findings of the given kind.
   std::vector<nlohmann::json> findings(const std::string& kind) const;

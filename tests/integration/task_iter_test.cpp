@@ -85,9 +85,8 @@ TEST(TaskIter, BlockedThreadsReportSyscallStackAndOffCpuTime) {
     const KernelTaskView& v = s.view;
     std::cout << "tid " << s.tid << " comm " << s.comm << " state " << v.state << " off_cpu_ms "
               << v.off_cpu_ns / 1e6 << " (waited "
-              << std::chrono::duration<double, std::milli>(waited).count() << " ms) syscall "
-              << s.syscall_nr << " user_ip 0x" << std::hex << v.user_ip << std::dec << " frames "
-              << v.stack.size() << "\n"
+              << std::chrono::duration<double, std::milli>(waited).count() << " ms) syscall " << s.syscall_nr
+              << " user_ip 0x" << std::hex << v.user_ip << std::dec << " frames " << v.stack.size() << "\n"
               << stack_text(*syms, v);
     EXPECT_EQ(s.tgid, pid);
     EXPECT_EQ(s.ppid, static_cast<int>(getpid()));

@@ -62,7 +62,7 @@ struct SnapBuilder {
   void futex_wait(int pid, int tid, uint64_t uaddr, bool shared, std::vector<uint8_t> bytes = {},
                   std::optional<double> timeout = std::nullopt) {
     ThreadInfo& t = thread(pid, tid);
-    in_syscall(t, kFutex, {uaddr, shared ? kWaitBitsetShared : kWaitBitsetPrivate, 0, timeout ? 0x7000 : 0});
+    in_syscall(t, kFutex, {uaddr, shared ? kWaitBitsetShared : kWaitBitsetPrivate, 0, timeout ? 0x7000u : 0u});
     if (!bytes.empty()) {
       t.memory.futex_bytes = bytes;
       t.memory.futex_word = bytes[0] | (bytes[1] << 8) | (bytes[2] << 16) | (bytes[3] << 24);
@@ -76,7 +76,8 @@ struct SnapBuilder {
     f.inode = inode;
     f.flags = flags;
     f.queued_bytes = queued;
-    f.link = kind == FdKind::Pipe ? "pipe:[" + std::to_string(inode) + "]" : "socket:[" + std::to_string(inode) + "]";
+    f.link = kind == FdKind::Pipe ? "pipe:[" + std::to_string(inode) + "]"
+                                  : "socket:[" + std::to_string(inode) + "]";
     find(pid)->fds.push_back(f);
   }
   void shared_map(int pid, uint64_t start, uint64_t inode, const std::string& path) {
@@ -368,8 +369,10 @@ TEST(Analysis, NetworkWaitNamesEndpointsAndLocalPeer) {
   ThreadInfo& server = b.thread(300, 300);
   SnapBuilder::in_syscall(server, kNanosleep, {0x1000});
   server.memory.timeout_s = 3600;
-  b.s.sockets.push_back({5000, 0, "tcp", "ESTABLISHED", "127.0.0.1:40000", "127.0.0.1:5000", 0, 0, 5001, true});
-  b.s.sockets.push_back({5001, 0, "tcp", "ESTABLISHED", "127.0.0.1:5000", "127.0.0.1:40000", 0, 0, 5000, true});
+  b.s.sockets.push_back(
+      {5000, 0, "tcp", "ESTABLISHED", "127.0.0.1:40000", "127.0.0.1:5000", 0, 0, 5001, true});
+  b.s.sockets.push_back(
+      {5001, 0, "tcp", "ESTABLISHED", "127.0.0.1:5000", "127.0.0.1:40000", 0, 0, 5000, true});
   Diagnosis d = diagnose(b.s);
   const Finding* f = find_kind(d, "network-wait");
   ASSERT_NE(f, nullptr);
@@ -391,7 +394,8 @@ TEST(Analysis, RemoteNetworkPeerIsExternal) {
   ThreadInfo& main = b.thread(100, 100);
   SnapBuilder::in_syscall(main, kRecvfrom, {9, 0, 1024});
   b.fd(100, 9, FdKind::Socket, 5000);
-  b.s.sockets.push_back({5000, 0, "tcp", "ESTABLISHED", "10.0.0.2:40000", "93.184.216.34:443", 0, 0, 0, false});
+  b.s.sockets.push_back(
+      {5000, 0, "tcp", "ESTABLISHED", "10.0.0.2:40000", "93.184.216.34:443", 0, 0, 0, false});
   Diagnosis d = diagnose(b.s);
   const Finding* f = find_kind(d, "network-wait");
   ASSERT_NE(f, nullptr);
@@ -442,8 +446,8 @@ TEST(Analysis, ReportsRenderVerdictFirstAndSchema) {
   EXPECT_EQ(j["verdict"]["status"], "hang");
   ASSERT_TRUE(j["findings"].is_array());
   for (const auto& f : j["findings"]) {
-    for (const char* key : {"id", "kind", "severity", "confidence", "pids", "tids", "summary", "chain", "evidence",
-                            "advice", "details"})
+    for (const char* key : {"id", "kind", "severity", "confidence", "pids", "tids", "summary", "chain",
+                            "evidence", "advice", "details"})
       EXPECT_TRUE(f.contains(key)) << key;
   }
   ASSERT_EQ(j["processes"].size(), 3u);

@@ -78,8 +78,7 @@ TEST(KernelSymbols, EmptyTextIsAnError) { EXPECT_FALSE(KernelSymbols::parse("").
 TEST(KernelSymbols, LoadMissingFileIsAnError) {
   auto syms = KernelSymbols::load("/nonexistent-proc-root");
   ASSERT_FALSE(syms.ok());
-  EXPECT_EQ(syms.error().rfind("failed to read /nonexistent-proc-root/kallsyms", 0), 0u)
-      << syms.error();
+  EXPECT_EQ(syms.error().rfind("failed to read /nonexistent-proc-root/kallsyms", 0), 0u) << syms.error();
 }
 
 }  // namespace

@@ -397,8 +397,10 @@ TEST(ProcfsNet, Udp) {
 
 TEST(ProcfsNet, IPv4MappedAndLoopback) {
   std::string text =
-      "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-      "   0: 0000000000000000FFFF00000100007F:1389 0000000000000000FFFF00000200000A:BFE6 01 00000010:00000000 00:00000000 00000000     0        0 9001 1 0000000000000000 20 0 0 10 -1\n";
+      "  sl  local_address                         remote_address                        st tx_queue "
+      "rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 0000000000000000FFFF00000100007F:1389 0000000000000000FFFF00000200000A:BFE6 01 "
+      "00000010:00000000 00:00000000 00000000     0        0 9001 1 0000000000000000 20 0 0 10 -1\n";
   auto socks = parse_inet_sockets(text, "tcp6");
   ASSERT_TRUE(socks.ok()) << socks.error();
   ASSERT_EQ(socks->size(), 1u);
@@ -424,13 +426,30 @@ TEST(ProcfsNet, StateNames) {
 }
 
 TEST(ProcfsNet, MalformedInputFails) {
-  std::string header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+  std::string header =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
   EXPECT_TRUE(parse_inet_sockets(header, "tcp").ok());  // just the header: no sockets
   EXPECT_FALSE(parse_inet_sockets(header + "   0: 0100007F:1388 00000000:0000 0A\n", "tcp").ok());
-  EXPECT_FALSE(parse_inet_sockets(header + "   0: 0100007:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 8715\n", "tcp").ok());
-  EXPECT_FALSE(parse_inet_sockets(header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 8715\n", "tcp6").ok());
-  EXPECT_FALSE(parse_inet_sockets(header + "   0: 0100007F:1388 00000000:0000 0A 0000000000000000 00:00000000 00000000 0 0 8715\n", "tcp").ok());
-  EXPECT_FALSE(parse_inet_sockets(header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 87x5\n", "tcp").ok());
+  EXPECT_FALSE(
+      parse_inet_sockets(
+          header + "   0: 0100007:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 8715\n",
+          "tcp")
+          .ok());
+  EXPECT_FALSE(
+      parse_inet_sockets(
+          header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 8715\n",
+          "tcp6")
+          .ok());
+  EXPECT_FALSE(
+      parse_inet_sockets(
+          header + "   0: 0100007F:1388 00000000:0000 0A 0000000000000000 00:00000000 00000000 0 0 8715\n",
+          "tcp")
+          .ok());
+  EXPECT_FALSE(
+      parse_inet_sockets(
+          header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 87x5\n",
+          "tcp")
+          .ok());
   std::string text = fixture("net_tcp");
   for_each_truncation(text, [](std::string_view t) { (void)parse_inet_sockets(t, "tcp"); });
   std::string text6 = fixture("net_tcp6");
@@ -456,8 +475,10 @@ TEST(ProcfsNet, UnixMalformedInputFails) {
   std::string header = "Num       RefCount Protocol Flags    Type St Inode Path\n";
   EXPECT_TRUE(parse_unix_sockets(header).ok());
   EXPECT_FALSE(parse_unix_sockets(header + "00000000155fc6c0: 00000003 00000000 00000000 0001 03\n").ok());
-  EXPECT_FALSE(parse_unix_sockets(header + "00000000155fc6c0: 00000003 00000000 0000000g 0001 03  1147\n").ok());
-  EXPECT_FALSE(parse_unix_sockets(header + "00000000155fc6c0 00000003 00000000 00000000 0001 03  1147\n").ok());
+  EXPECT_FALSE(
+      parse_unix_sockets(header + "00000000155fc6c0: 00000003 00000000 0000000g 0001 03  1147\n").ok());
+  EXPECT_FALSE(
+      parse_unix_sockets(header + "00000000155fc6c0 00000003 00000000 00000000 0001 03  1147\n").ok());
   std::string text = fixture("net_unix");
   for_each_truncation(text, [](std::string_view t) { (void)parse_unix_sockets(t); });
 }
@@ -468,7 +489,9 @@ TEST(ProcfsIo, Parses) {
   auto io = parse_io(fixture("io_python"));
   ASSERT_TRUE(io.ok()) << io.error();
   EXPECT_GT(io->rchar, 0u);
-  auto small = parse_io("rchar: 6976\nwchar: 12\nsyscr: 10\nsyscw: 1\nread_bytes: 12288\nwrite_bytes: 0\ncancelled_write_bytes: 0\n");
+  auto small = parse_io(
+      "rchar: 6976\nwchar: 12\nsyscr: 10\nsyscw: 1\nread_bytes: 12288\nwrite_bytes: "
+      "0\ncancelled_write_bytes: 0\n");
   ASSERT_TRUE(small.ok()) << small.error();
   EXPECT_EQ(small->rchar, 6976u);
   EXPECT_EQ(small->wchar, 12u);
@@ -528,7 +551,9 @@ TEST(ProcfsReaders, FakeRootWithFixtures) {
   // A proc root laid out by hand: the readers must only join paths.
   std::string root = ::testing::TempDir() + "/fakeproc";
   std::string pid_dir = root + "/6968";
-  ASSERT_EQ(system(("rm -rf '" + root + "' && mkdir -p '" + pid_dir + "/task/6968' '" + pid_dir + "/net'").c_str()), 0);
+  ASSERT_EQ(
+      system(("rm -rf '" + root + "' && mkdir -p '" + pid_dir + "/task/6968' '" + pid_dir + "/net'").c_str()),
+      0);
   auto write = [](const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
     out << text;

@@ -61,7 +61,8 @@ TEST(Syscalls, TimeoutArguments) {
 
 TEST(Syscalls, Formatting) {
   uint64_t futex_args[6] = {0x7f0000001040, 9 | 128, 0, 0, 0, 0xffffffff};
-  EXPECT_EQ(format_syscall(202, futex_args), "futex(0x7f0000001040, FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG, 0, NULL)");
+  EXPECT_EQ(format_syscall(202, futex_args),
+            "futex(0x7f0000001040, FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG, 0, NULL)");
   uint64_t read_args[6] = {5, 0x1000, 4, 0, 0, 0};
   EXPECT_EQ(format_syscall(0, read_args), "read(5, 0x1000, 4)");
   uint64_t poll_args[6] = {0x1000, 1, 5000, 0, 0, 0};

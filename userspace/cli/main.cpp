@@ -112,7 +112,8 @@ int report(const Snapshot& snap, const Options& opt) {
 
 int run_live(const Options& opt) {
   if (geteuid() != 0)
-    return fail("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
+    return fail(
+        "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
   CollectOptions co;
   co.use_bpf = !opt.no_bpf;
   co.verbosity = opt.verbosity;
@@ -136,7 +137,8 @@ int run_offline(const Options& opt) {
 int run_demo(Options opt) {
   if (geteuid() != 0) return fail("the demo needs root like hangtrace itself: run it with sudo");
   char dir_template[] = "/tmp/hangtrace-demo.XXXXXX";
-  if (!mkdtemp(dir_template)) return fail(fmt::format("failed to create a temp dir: {}", std::strerror(errno)));
+  if (!mkdtemp(dir_template))
+    return fail(fmt::format("failed to create a temp dir: {}", std::strerror(errno)));
   std::string dir = dir_template;
   std::string script = dir + "/train.py";
   {
@@ -162,11 +164,14 @@ int run_demo(Options opt) {
     unlink(script.c_str());
     rmdir(dir.c_str());
   };
-  std::fprintf(stderr, "hangtrace demo: started the bundled hung training job (pid %d), waiting for it to hang...\n", job);
+  std::fprintf(stderr,
+               "hangtrace demo: started the bundled hung training job (pid %d), waiting for it to hang...\n",
+               job);
   std::string buffer, ready_line;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
   while (ready_line.empty()) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{out_pipe[0], POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -191,7 +196,8 @@ int run_demo(Options opt) {
     if (first != "running" && first != "-1" && !first.empty()) break;
     usleep(10000);
   }
-  std::fprintf(stderr, "hangtrace demo: %s\nhangtrace demo: $ sudo hangtrace --pid %d\n\n", ready_line.c_str(), job);
+  std::fprintf(stderr, "hangtrace demo: %s\nhangtrace demo: $ sudo hangtrace --pid %d\n\n",
+               ready_line.c_str(), job);
   opt.pid = job;
   int rc = run_live(opt);
   std::fflush(stdout);
@@ -207,10 +213,11 @@ int run_demo(Options opt) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"hangtrace: why did this training job stop making progress?\n"
-               "Snapshots every thread of the job and its workers, resolves what each waits on\n"
-               "(locks, pipes, sockets, /dev/shm, children) and names the wait cycle and the fix.\n"
-               "Exit status: 0 no hang found, 2 hang or critical finding, 1 error."};
+  CLI::App app{
+      "hangtrace: why did this training job stop making progress?\n"
+      "Snapshots every thread of the job and its workers, resolves what each waits on\n"
+      "(locks, pipes, sockets, /dev/shm, children) and names the wait cycle and the fix.\n"
+      "Exit status: 0 no hang found, 2 hang or critical finding, 1 error."};
   Options opt;
   app.add_option("-p,--pid", opt.pid, "PID of the training job (its workers are found automatically)");
   app.add_option("-d,--duration", opt.duration_s,

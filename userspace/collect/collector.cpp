@@ -46,8 +46,8 @@ namespace hangtrace {
 
 namespace {
 
-using procfs::ProcFs;
 using procfs::is_gone_errno;
+using procfs::ProcFs;
 
 constexpr size_t kMaxLimitations = 40;
 constexpr size_t kMaxFdsPerProcess = 1 << 17;
@@ -98,9 +98,9 @@ std::optional<Result<std::string>> read_cmdline_with_deadline(const std::string&
 // The socket tables of one network namespace, keyed by inode.
 struct NetnsSockets {
   uint64_t netns = 0;
-  int reader_pid = 0;                              // whose /proc/PID/net we read
+  int reader_pid = 0;  // whose /proc/PID/net we read
   std::unordered_map<uint64_t, SocketInfo> by_inode;
-  std::unordered_map<uint64_t, std::string> remote_ip;   // inet sockets only
+  std::unordered_map<uint64_t, std::string> remote_ip;  // inet sockets only
   // Listening TCP/UDP sockets by port, for connections not accepted yet.
   std::multimap<uint16_t, uint64_t> tcp_listeners;
 };
@@ -113,7 +113,8 @@ struct ProgressSample {
 
 class Collector {
  public:
-  Collector(int target, const CollectOptions& options) : target_(target), options_(options), proc_(options.proc_root) {}
+  Collector(int target, const CollectOptions& options)
+      : target_(target), options_(options), proc_(options.proc_root) {}
 
   Result<Snapshot> run();
 
@@ -159,13 +160,13 @@ class Collector {
   size_t dropped_limitations_ = 0;
   uint64_t target_start_time_ = 0;
 
-  std::vector<int> all_pids_;                       // /proc at the start
+  std::vector<int> all_pids_;                        // /proc at the start
   std::unordered_map<int, procfs::ProcStat> stats_;  // of all_pids_
   std::unordered_map<int, std::vector<int>> children_;
-  std::unordered_map<int, std::vector<uint64_t>> futex_addresses_;   // by pid
-  std::unordered_set<int> memory_blocked_;   // pids whose mmap_lock did not come free
-  std::unordered_set<int> exited_;           // zombies: no fds, maps or memory left
-  std::unordered_map<int, int> proc_ids_;    // pid -> live tid, where the leader has exited
+  std::unordered_map<int, std::vector<uint64_t>> futex_addresses_;  // by pid
+  std::unordered_set<int> memory_blocked_;                          // pids whose mmap_lock did not come free
+  std::unordered_set<int> exited_;                                  // zombies: no fds, maps or memory left
+  std::unordered_map<int, int> proc_ids_;  // pid -> live tid, where the leader has exited
   std::map<uint64_t, NetnsSockets> netns_sockets_;
   uint64_t own_netns_ = 0;
   double progress_start_s_ = 0;
@@ -211,10 +212,12 @@ std::optional<Error> Collector::validate_target() {
     if (!st) return make_error(fmt::format("no such process: {}", target_));
   }
   if (!live_proc_id(target_, *st)) {
-    std::string how = st->exit_code ? fmt::format(" with exit code {}", exit_code_from_wait_status(*st->exit_code)) : "";
-    return make_error(fmt::format("{} ({}) has exited{} and is a zombie waiting for its parent {} to reap it; "
-                                  "there is nothing left to examine",
-                                  target_, st->comm, how, st->ppid));
+    std::string how =
+        st->exit_code ? fmt::format(" with exit code {}", exit_code_from_wait_status(*st->exit_code)) : "";
+    return make_error(
+        fmt::format("{} ({}) has exited{} and is a zombie waiting for its parent {} to reap it; "
+                    "there is nothing left to examine",
+                    target_, st->comm, how, st->ppid));
   }
   target_start_time_ = st->start_time_ticks;
   return std::nullopt;
@@ -279,9 +282,10 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     auto cmdline = read_cmdline_with_deadline(fmt::format("{}/cmdline", proc_.pid_path(id)));
     if (!cmdline) {
       memory_blocked_.insert(pid);
-      limitation(fmt::format("memory of {} not read (cmdline, maps, syscall arguments): reading it blocked for over "
-                             "{} s, so a thread of it probably holds its mmap_lock while stuck in the kernel",
-                             pid, kMemoryLockProbeTimeout.count()));
+      limitation(
+          fmt::format("memory of {} not read (cmdline, maps, syscall arguments): reading it blocked for over "
+                      "{} s, so a thread of it probably holds its mmap_lock while stuck in the kernel",
+                      pid, kMemoryLockProbeTimeout.count()));
     } else if (*cmdline) {
       p.cmdline = **cmdline;
     }
@@ -292,8 +296,10 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   if (auto it = children_.find(pid); it != children_.end()) p.children = it->second;
   std::string exe_name = p.exe.substr(p.exe.rfind('/') + 1);
   p.is_python = exe_name.rfind("python", 0) == 0;  // maps may still say so (collect_maps)
-  if (exited) exited_.insert(pid);
-  else collect_fds(p);
+  if (exited)
+    exited_.insert(pid);
+  else
+    collect_fds(p);
   collect_threads(p);
   return p;
 }
@@ -307,7 +313,8 @@ void Collector::collect_fds(ProcessInfo& p) {
     return;
   }
   if (fds->size() > kMaxFdsPerProcess) {
-    limitation(fmt::format("process {} has {} fds; only the first {} examined", p.pid, fds->size(), kMaxFdsPerProcess));
+    limitation(fmt::format("process {} has {} fds; only the first {} examined", p.pid, fds->size(),
+                           kMaxFdsPerProcess));
     fds->resize(kMaxFdsPerProcess);
   }
   for (int fd : *fds) {
@@ -367,7 +374,8 @@ void Collector::collect_threads(ProcessInfo& p) {
 
 std::vector<int> Collector::waited_fds(const ProcessInfo& p, const ThreadInfo& t) const {
   std::vector<int> fds = directly_waited_fds(t.syscall, t.memory);
-  if (t.syscall.mode == SyscallState::Mode::InSyscall && describe_syscall(t.syscall.nr).wait == WaitClass::Epoll) {
+  if (t.syscall.mode == SyscallState::Mode::InSyscall &&
+      describe_syscall(t.syscall.nr).wait == WaitClass::Epoll) {
     int epfd = static_cast<int>(t.syscall.args[0]);
     for (const auto& f : p.fds) {
       if (f.fd != epfd) continue;
@@ -390,9 +398,10 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
   // TCP/UDP: peer = the socket in the same table with the tuple reversed.
   std::map<std::string, uint64_t> by_tuple;
   std::vector<std::pair<uint64_t, std::string>> reverse_keys;
-  auto tuple_key = [](const std::string& proto, const std::string& a_ip, uint16_t a_port, const std::string& b_ip,
-                      uint16_t b_port) {
-    return fmt::format("{}|{}|{}|{}|{}", proto, procfs::unmap_ipv4(a_ip), a_port, procfs::unmap_ipv4(b_ip), b_port);
+  auto tuple_key = [](const std::string& proto, const std::string& a_ip, uint16_t a_port,
+                      const std::string& b_ip, uint16_t b_port) {
+    return fmt::format("{}|{}|{}|{}|{}", proto, procfs::unmap_ipv4(a_ip), a_port, procfs::unmap_ipv4(b_ip),
+                       b_port);
   };
   for (std::string table : {"tcp", "tcp6", "udp", "udp6"}) {
     int err = 0;
@@ -406,10 +415,12 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
     for (auto& e : *entries) {
       if (e.info.inode == 0) continue;  // not accepted yet, TIME_WAIT: no fd can hold it
       e.info.netns = netns;
-      if (e.state_code == 10 /*LISTEN*/ && proto == "tcp") ns.tcp_listeners.emplace(e.local_port, e.info.inode);
+      if (e.state_code == 10 /*LISTEN*/ && proto == "tcp")
+        ns.tcp_listeners.emplace(e.local_port, e.info.inode);
       if (e.remote_port != 0) {
         by_tuple[tuple_key(proto, e.local_ip, e.local_port, e.remote_ip, e.remote_port)] = e.info.inode;
-        reverse_keys.emplace_back(e.info.inode, tuple_key(proto, e.remote_ip, e.remote_port, e.local_ip, e.local_port));
+        reverse_keys.emplace_back(e.info.inode,
+                                  tuple_key(proto, e.remote_ip, e.remote_port, e.local_ip, e.local_port));
       }
       ns.remote_ip[e.info.inode] = procfs::unmap_ipv4(e.remote_ip);
       ns.by_inode[e.info.inode] = std::move(e.info);
@@ -451,7 +462,10 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
         s.netns = netns;
         s.family = "unix";
         s.local = d.name;
-        s.state = d.state == 10 ? "LISTEN" : d.state == 1 ? "CONNECTED" : d.state == 2 ? "CONNECTING" : "UNCONNECTED";
+        s.state = d.state == 10  ? "LISTEN"
+                  : d.state == 1 ? "CONNECTED"
+                  : d.state == 2 ? "CONNECTING"
+                                 : "UNCONNECTED";
         s.remote_is_local_host = true;
         it = ns.by_inode.emplace(d.inode, std::move(s)).first;
       }
@@ -470,7 +484,8 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
   }
   if (facts.addresses) {
     for (const auto& a : *facts.addresses) {
-      if (std::find(snap_.local_addresses.begin(), snap_.local_addresses.end(), a) == snap_.local_addresses.end())
+      if (std::find(snap_.local_addresses.begin(), snap_.local_addresses.end(), a) ==
+          snap_.local_addresses.end())
         snap_.local_addresses.push_back(a);
     }
   }
@@ -518,9 +533,12 @@ void Collector::find_peers() {
       for (int fd : waited_fds(p, t)) {
         auto f = std::find_if(p.fds.begin(), p.fds.end(), [fd](const FdEntry& e) { return e.fd == fd; });
         if (f == p.fds.end()) continue;
-        if (f->kind == FdKind::Socket) want_socket(f->inode);
-        else if (f->kind == FdKind::Pipe) pipe_inodes.insert(f->inode);
-        else if (f->kind == FdKind::EventFd && f->eventfd_id) eventfd_ids.insert(*f->eventfd_id);
+        if (f->kind == FdKind::Socket)
+          want_socket(f->inode);
+        else if (f->kind == FdKind::Pipe)
+          pipe_inodes.insert(f->inode);
+        else if (f->kind == FdKind::EventFd && f->eventfd_id)
+          eventfd_ids.insert(*f->eventfd_id);
       }
     }
   }
@@ -540,8 +558,10 @@ void Collector::find_peers() {
       auto link = proc_.fd_link(pid, (*fds)[i]);
       if (!link) continue;
       auto c = procfs::classify_fd_link(*link);
-      if (c.kind == FdKind::Pipe) holds = pipe_inodes.count(c.inode) > 0;
-      else if (c.kind == FdKind::Socket) holds = socket_inodes.count(c.inode) > 0;
+      if (c.kind == FdKind::Pipe)
+        holds = pipe_inodes.count(c.inode) > 0;
+      else if (c.kind == FdKind::Socket)
+        holds = socket_inodes.count(c.inode) > 0;
       else if (c.kind == FdKind::EventFd && !eventfd_ids.empty()) {
         auto info = proc_.fdinfo(pid, (*fds)[i]);
         holds = info && info->eventfd_id && eventfd_ids.count(*info->eventfd_id);
@@ -549,8 +569,9 @@ void Collector::find_peers() {
     }
     if (!holds) continue;
     if (peers.size() >= kMaxPeers) {
-      limitation(fmt::format("more than {} peer processes hold the job's pipes and sockets; only the first {} kept",
-                             kMaxPeers, kMaxPeers));
+      limitation(
+          fmt::format("more than {} peer processes hold the job's pipes and sockets; only the first {} kept",
+                      kMaxPeers, kMaxPeers));
       break;
     }
     peers.push_back(pid);
@@ -731,7 +752,8 @@ void Collector::collect_shm() {
   struct statvfs vfs {};
   struct stat mount_stat {};
   if (statvfs(shm.mount_path.c_str(), &vfs) != 0 || stat(shm.mount_path.c_str(), &mount_stat) != 0) {
-    limitation(fmt::format("no /dev/shm usage: failed to examine {}: {}", shm.mount_path, std::strerror(errno)));
+    limitation(
+        fmt::format("no /dev/shm usage: failed to examine {}: {}", shm.mount_path, std::strerror(errno)));
     return;
   }
   shm.available = true;
@@ -760,10 +782,11 @@ void Collector::collect_shm() {
     }
     closedir(dir);
   } else {
-    limitation(fmt::format("/dev/shm files not listed: failed to open {}: {}", shm.mount_path, std::strerror(errno)));
+    limitation(fmt::format("/dev/shm files not listed: failed to open {}: {}", shm.mount_path,
+                           std::strerror(errno)));
   }
   // Who holds or maps them: maps give dev+inode; fds need a stat of the link.
-  std::map<uint64_t, std::set<int>> holders;  // shm inode -> pids
+  std::map<uint64_t, std::set<int>> holders;     // shm inode -> pids
   std::map<uint64_t, uint64_t> unlinked_extent;  // inode -> bytes mapped
   for (const auto& p : snap_.processes) {
     for (const auto& m : p.maps) {
@@ -798,13 +821,15 @@ void Collector::collect_shm() {
     segments.push_back(std::move(s));
   }
   std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-    if (a.info.allocated_bytes != b.info.allocated_bytes) return a.info.allocated_bytes > b.info.allocated_bytes;
+    if (a.info.allocated_bytes != b.info.allocated_bytes)
+      return a.info.allocated_bytes > b.info.allocated_bytes;
     return a.info.size_bytes > b.info.size_bytes;
   });
   if (segments.size() > kLargestShmSegments) segments.resize(kLargestShmSegments);
 
   for (auto& s : segments) {
-    if (auto it = holders.find(s.inode); it != holders.end()) s.info.mapped_by.assign(it->second.begin(), it->second.end());
+    if (auto it = holders.find(s.inode); it != holders.end())
+      s.info.mapped_by.assign(it->second.begin(), it->second.end());
     shm.largest.push_back(std::move(s.info));
   }
 }
@@ -842,7 +867,8 @@ Result<Snapshot> Collector::run() {
   for (int pid : descendants_of(target_)) {
     if (auto p = collect_process(pid, ProcessRole::Descendant)) snap_.processes.push_back(std::move(*p));
   }
-  debug(fmt::format("{} process(es) in the tree after {:.3f} s", snap_.processes.size(), monotonic_s() - started));
+  debug(fmt::format("{} process(es) in the tree after {:.3f} s", snap_.processes.size(),
+                    monotonic_s() - started));
 
   // Sockets of every namespace in the tree (the target's first, so its view wins).
   for (size_t i = 0; i < snap_.processes.size(); ++i) {
@@ -851,7 +877,8 @@ Result<Snapshot> Collector::run() {
     load_network_namespace(p.netns, proc_id(p.pid));
   }
   for (const char* loopback : {"127.0.0.1", "::1"}) {
-    if (std::find(snap_.local_addresses.begin(), snap_.local_addresses.end(), loopback) == snap_.local_addresses.end())
+    if (std::find(snap_.local_addresses.begin(), snap_.local_addresses.end(), loopback) ==
+        snap_.local_addresses.end())
       snap_.local_addresses.push_back(loopback);
   }
   if (options_.include_peers) find_peers();
@@ -876,7 +903,8 @@ Result<Snapshot> Collector::run() {
 
   if (!target_still_there()) return make_error(vanished);
   if (dropped_limitations_)
-    snap_.limitations.push_back(fmt::format("... and {} more limitation(s) not listed", dropped_limitations_));
+    snap_.limitations.push_back(
+        fmt::format("... and {} more limitation(s) not listed", dropped_limitations_));
   debug(fmt::format("snapshot took {:.3f} s", monotonic_s() - started));
   return std::move(snap_);
 }

@@ -10,10 +10,10 @@
 namespace hangtrace {
 
 struct CollectOptions {
-  std::string proc_root = "/proc";  // injectable for tests
-  bool use_bpf = true;              // kernel stacks and off-CPU times
-  bool include_peers = true;        // processes outside the tree holding the other end
-  bool probe_readiness = true;      // pidfd_getfd + poll(0) / FIONREAD on waited fds
+  std::string proc_root = "/proc";     // injectable for tests
+  bool use_bpf = true;                 // kernel stacks and off-CPU times
+  bool include_peers = true;           // processes outside the tree holding the other end
+  bool probe_readiness = true;         // pidfd_getfd + poll(0) / FIONREAD on waited fds
   double min_progress_window_s = 0.2;  // at least this long between progress samples
   int verbosity = 0;
 };

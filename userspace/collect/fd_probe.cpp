@@ -25,7 +25,8 @@ FdProber::FdProber(int pid, int files_tid) {
   long fd = files_tid > 0 && files_tid != pid ? syscall(kSysPidfdOpen, files_tid, kPidfdThread)
                                               : syscall(kSysPidfdOpen, pid, 0);
   if (fd < 0) {
-    error_ = fmt::format("failed to open a pidfd for {}: {}", files_tid > 0 ? files_tid : pid, std::strerror(errno));
+    error_ = fmt::format("failed to open a pidfd for {}: {}", files_tid > 0 ? files_tid : pid,
+                         std::strerror(errno));
     return;
   }
   pidfd_ = static_cast<int>(fd);

@@ -11,8 +11,8 @@
 namespace hangtrace {
 
 struct FdReadiness {
-  int32_t ready_events = -1;   // revents of poll(POLLIN|POLLOUT|POLLPRI, 0), -1 if not probed
-  int64_t queued_bytes = -1;   // FIONREAD, -1 if not asked or refused
+  int32_t ready_events = -1;  // revents of poll(POLLIN|POLLOUT|POLLPRI, 0), -1 if not probed
+  int64_t queued_bytes = -1;  // FIONREAD, -1 if not asked or refused
 };
 
 class FdProber {
@@ -25,7 +25,7 @@ class FdProber {
   FdProber& operator=(const FdProber&) = delete;
 
   bool ok() const { return pidfd_ >= 0; }
-  const std::string& error() const { return error_; }   // why ok() is false
+  const std::string& error() const { return error_; }  // why ok() is false
   FdReadiness probe(int fd, bool ask_queued_bytes);
 
  private:

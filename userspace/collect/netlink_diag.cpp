@@ -42,7 +42,8 @@ void parse_unix_diag_message(const nlmsghdr* header, std::vector<UnixDiagEntry>&
   entry.state = msg->udiag_state;
   int attr_len = static_cast<int>(header->nlmsg_len - NLMSG_LENGTH(sizeof(*msg)));
   // The attributes follow the message, each aligned to 4 bytes.
-  auto* attr = reinterpret_cast<const rtattr*>(reinterpret_cast<const char*>(msg) + NLMSG_ALIGN(sizeof(*msg)));
+  auto* attr =
+      reinterpret_cast<const rtattr*>(reinterpret_cast<const char*>(msg) + NLMSG_ALIGN(sizeof(*msg)));
   for (; RTA_OK(attr, attr_len); attr = RTA_NEXT(attr, attr_len)) {
     const void* payload = RTA_DATA(attr);
     size_t payload_len = RTA_PAYLOAD(attr);

@@ -15,12 +15,12 @@ namespace hangtrace {
 
 struct UnixDiagEntry {
   uint64_t inode = 0;
-  uint64_t peer_inode = 0;   // 0: no peer (listening, unconnected, peer gone)
-  uint32_t type = 0;         // SOCK_STREAM, ...
-  uint32_t state = 0;        // TCP_ESTABLISHED=1, TCP_LISTEN=10, TCP_CLOSE=7 as unix uses them
-  std::string name;          // "" unnamed, "@abstract", or a path
+  uint64_t peer_inode = 0;  // 0: no peer (listening, unconnected, peer gone)
+  uint32_t type = 0;        // SOCK_STREAM, ...
+  uint32_t state = 0;       // TCP_ESTABLISHED=1, TCP_LISTEN=10, TCP_CLOSE=7 as unix uses them
+  std::string name;         // "" unnamed, "@abstract", or a path
   bool has_queues = false;
-  uint32_t rx_queue = 0;     // bytes queued to read (listening: pending connections)
+  uint32_t rx_queue = 0;  // bytes queued to read (listening: pending connections)
   uint32_t tx_queue = 0;
 };
 

@@ -36,8 +36,8 @@ Result<std::vector<uint8_t>> read_process_memory(int pid, uint64_t address, size
     return make_error(fmt::format("failed to read {} bytes at {:#x} in {}: {}", length, address, pid,
                                   std::strerror(static_cast<int>(-n))));
   if (static_cast<size_t>(n) != length)
-    return make_error(fmt::format("failed to read {} bytes at {:#x} in {}: only {} readable", length,
-                                  address, pid, n));
+    return make_error(
+        fmt::format("failed to read {} bytes at {:#x} in {}: only {} readable", length, address, pid, n));
   return out;
 }
 

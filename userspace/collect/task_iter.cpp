@@ -113,12 +113,10 @@ KernelTaskSample to_sample(const ht_task_record& rec) {
 void set_bpf_verbosity(int level) { g_bpf_verbosity.store(level, std::memory_order_relaxed); }
 
 std::string bpf_unavailable_reason() {
-  if (geteuid() != 0)
-    return "not root: hangtrace needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)";
+  if (geteuid() != 0) return "not root: hangtrace needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)";
   if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
-    return fmt::format(
-        "no BTF at /sys/kernel/btf/vmlinux: {} (kernel built without CONFIG_DEBUG_INFO_BTF?)",
-        std::strerror(errno));
+    return fmt::format("no BTF at /sys/kernel/btf/vmlinux: {} (kernel built without CONFIG_DEBUG_INFO_BTF?)",
+                       std::strerror(errno));
   }
   return "";
 }
@@ -168,9 +166,9 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
     bytes.append(buf, static_cast<size_t>(n));
   }
   if (bytes.size() % sizeof(ht_task_record) != 0) {
-    return make_error(fmt::format(
-        "failed to read BPF task iterator: {} bytes is not a whole number of {}-byte records",
-        bytes.size(), sizeof(ht_task_record)));
+    return make_error(
+        fmt::format("failed to read BPF task iterator: {} bytes is not a whole number of {}-byte records",
+                    bytes.size(), sizeof(ht_task_record)));
   }
 
   std::vector<KernelTaskSample> out;
@@ -179,9 +177,8 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
     ht_task_record rec;
     std::memcpy(&rec, bytes.data() + off, sizeof rec);
     if (rec.abi_version != HT_ABI_VERSION) {
-      return make_error(
-          fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
-                      rec.abi_version, HT_ABI_VERSION));
+      return make_error(fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
+                                    rec.abi_version, HT_ABI_VERSION));
     }
     out.push_back(to_sample(rec));
   }

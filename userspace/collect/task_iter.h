@@ -17,7 +17,7 @@ struct KernelTaskSample {
   int tgid = 0;
   int ppid = 0;
   std::string comm;
-  KernelTaskView view;   // view.stack holds raw addresses, symbols left empty
+  KernelTaskView view;  // view.stack holds raw addresses, symbols left empty
   int64_t syscall_nr = -1;
   uint64_t syscall_args[6] = {0, 0, 0, 0, 0, 0};
 };

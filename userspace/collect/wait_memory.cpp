@@ -149,8 +149,10 @@ WaitMemoryRead read_wait_memory(int pid, const SyscallState& sc) {
   SyscallDesc desc = describe_syscall(sc.nr);
   switch (desc.wait) {
     case WaitClass::Futex:
-      if (sc.nr == kSysFutexWaitv) read_futex_waitv(pid, sc, out);
-      else read_futex(pid, sc.args[0], out);
+      if (sc.nr == kSysFutexWaitv)
+        read_futex_waitv(pid, sc, out);
+      else
+        read_futex(pid, sc.args[0], out);
       break;
     case WaitClass::Poll:
       if (sc.nr == kSysPoll || sc.nr == kSysPpoll) read_pollfds(pid, sc, out);

@@ -14,30 +14,48 @@ namespace hangtrace {
 
 const char* object_kind_name(ObjectKind k) {
   switch (k) {
-    case ObjectKind::Futex: return "futex";
-    case ObjectKind::Pipe: return "pipe";
-    case ObjectKind::UnixSocket: return "unix-socket";
-    case ObjectKind::TcpSocket: return "tcp-socket";
-    case ObjectKind::UdpSocket: return "udp-socket";
-    case ObjectKind::Socket: return "socket";
-    case ObjectKind::EventFd: return "eventfd";
-    case ObjectKind::File: return "file";
-    case ObjectKind::Child: return "child";
-    case ObjectKind::Unknown: return "unknown";
+    case ObjectKind::Futex:
+      return "futex";
+    case ObjectKind::Pipe:
+      return "pipe";
+    case ObjectKind::UnixSocket:
+      return "unix-socket";
+    case ObjectKind::TcpSocket:
+      return "tcp-socket";
+    case ObjectKind::UdpSocket:
+      return "udp-socket";
+    case ObjectKind::Socket:
+      return "socket";
+    case ObjectKind::EventFd:
+      return "eventfd";
+    case ObjectKind::File:
+      return "file";
+    case ObjectKind::Child:
+      return "child";
+    case ObjectKind::Unknown:
+      return "unknown";
   }
   return "unknown";
 }
 
 const char* activity_name(Activity a) {
   switch (a) {
-    case Activity::Running: return "running";
-    case Activity::Blocked: return "blocked";
-    case Activity::TimedWait: return "timed-wait";
-    case Activity::Sleeping: return "sleeping";
-    case Activity::DiskWait: return "disk-wait";
-    case Activity::Stopped: return "stopped";
-    case Activity::Dead: return "dead";
-    case Activity::Unknown: return "unknown";
+    case Activity::Running:
+      return "running";
+    case Activity::Blocked:
+      return "blocked";
+    case Activity::TimedWait:
+      return "timed-wait";
+    case Activity::Sleeping:
+      return "sleeping";
+    case Activity::DiskWait:
+      return "disk-wait";
+    case Activity::Stopped:
+      return "stopped";
+    case Activity::Dead:
+      return "dead";
+    case Activity::Unknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -201,19 +219,19 @@ class GraphBuilder {
       } else if (*word == 0 && count_or_nwaiters >= 1 && count_or_nwaiters < 1u << 20 &&
                  (owner_field == 0 || owner_field == 128)) {
         lock_type = "semaphore";
-        o.notes.push_back(fmt::format("semaphore value 0, {} waiter(s): no owner is recorded",
-                                      count_or_nwaiters));
+        o.notes.push_back(
+            fmt::format("semaphore value 0, {} waiter(s): no owner is recorded", count_or_nwaiters));
       }
     }
     if (o.label.rfind("lock", 0) == 0 || o.label.rfind("shared lock", 0) == 0)
       o.label = fmt::format("{} {}", lock_type, o.label.substr(o.label.find("lock") + 5));
     if (owner) o.owner_tid = owner;
 
-    w.summary = fmt::format("waits on {}{}", o.label,
-                            owner ? fmt::format(" held by TID {}", *owner) : std::string());
+    w.summary =
+        fmt::format("waits on {}{}", o.label, owner ? fmt::format(" held by TID {}", *owner) : std::string());
     if (shared_map) o.holder_pids.push_back(p.pid);
-    pending_futex_.push_back({id, p.pid, shared_map ? *shared_map : Mapping{}, shared_map != nullptr,
-                              file_off});
+    pending_futex_.push_back(
+        {id, p.pid, shared_map ? *shared_map : Mapping{}, shared_map != nullptr, file_off});
     return id;
   }
 
@@ -276,14 +294,19 @@ class GraphBuilder {
       o.notes.push_back("the fd was closed or could not be read");
       return o.id;
     }
-    const bool ready = f->ready_events > 0 &&
-                       (want_read ? (f->ready_events & (POLLIN | POLLHUP | POLLERR))
-                                  : (f->ready_events & (POLLOUT | POLLERR)));
+    const bool ready = f->ready_events > 0 && (want_read ? (f->ready_events & (POLLIN | POLLHUP | POLLERR))
+                                                         : (f->ready_events & (POLLOUT | POLLERR)));
     std::string id;
     switch (f->kind) {
-      case FdKind::Pipe: id = pipe_object(p, *f, want_read); break;
-      case FdKind::Socket: id = socket_object(p, *f, want_read); break;
-      case FdKind::EventFd: id = eventfd_object(*f, p); break;
+      case FdKind::Pipe:
+        id = pipe_object(p, *f, want_read);
+        break;
+      case FdKind::Socket:
+        id = socket_object(p, *f, want_read);
+        break;
+      case FdKind::EventFd:
+        id = eventfd_object(*f, p);
+        break;
       case FdKind::Epoll: {
         // Only reached for an epoll fd inside poll(): expand its watch list.
         std::string first;
@@ -347,10 +370,10 @@ class GraphBuilder {
       o.external = true;
       return o.id;
     }
-    ObjectKind kind = s->family == "unix"                ? ObjectKind::UnixSocket
-                      : s->family.rfind("tcp", 0) == 0   ? ObjectKind::TcpSocket
-                      : s->family.rfind("udp", 0) == 0   ? ObjectKind::UdpSocket
-                                                          : ObjectKind::Socket;
+    ObjectKind kind = s->family == "unix"              ? ObjectKind::UnixSocket
+                      : s->family.rfind("tcp", 0) == 0 ? ObjectKind::TcpSocket
+                      : s->family.rfind("udp", 0) == 0 ? ObjectKind::UdpSocket
+                                                       : ObjectKind::Socket;
     std::string label =
         s->family == "unix"
             ? fmt::format("unix socket:[{}]{}", s->inode, s->local.empty() ? "" : " " + s->local)
@@ -392,8 +415,7 @@ class GraphBuilder {
     if (peer_holders.empty()) {
       if (kind == ObjectKind::TcpSocket) {
         o.external = true;
-        o.notes.push_back(fmt::format("the local end {} is held by no process hangtrace can see",
-                                      s->remote));
+        o.notes.push_back(fmt::format("the local end {} is held by no process hangtrace can see", s->remote));
       } else if (peer) {
         o.external = true;
         o.notes.push_back(fmt::format("peer socket:[{}] is held by no process hangtrace can see", peer));
@@ -429,9 +451,9 @@ class GraphBuilder {
       if (t.syscall.args[0] == 1) which = static_cast<int>(t.syscall.args[1]);
     }
     std::string id = which > 0 ? fmt::format("child:{}", which) : fmt::format("children:{}", p.pid);
-    WaitObject& o = object(id, ObjectKind::Child,
-                           which > 0 ? fmt::format("child process {}", which)
-                                     : fmt::format("any child of {}", p.pid));
+    WaitObject& o =
+        object(id, ObjectKind::Child,
+               which > 0 ? fmt::format("child process {}", which) : fmt::format("any child of {}", p.pid));
     if (!o.holder_pids.empty() || o.releasers_certain || o.external) return id;
     if (p.role == ProcessRole::Peer) {
       // A peer's children are outside the snapshot.
@@ -477,12 +499,27 @@ class GraphBuilder {
       w.timeout_s = static_cast<int>(t.syscall.args[2]) / 1000.0;
 
     switch (t.state) {
-      case 'R': w.activity = Activity::Running; break;
-      case 'D': w.activity = Activity::DiskWait; break;
-      case 'T': case 't': w.activity = Activity::Stopped; break;
-      case 'Z': case 'X': w.activity = Activity::Dead; break;
-      case 'S': case 'I': w.activity = Activity::Unknown; break;
-      default: w.activity = Activity::Unknown; break;
+      case 'R':
+        w.activity = Activity::Running;
+        break;
+      case 'D':
+        w.activity = Activity::DiskWait;
+        break;
+      case 'T':
+      case 't':
+        w.activity = Activity::Stopped;
+        break;
+      case 'Z':
+      case 'X':
+        w.activity = Activity::Dead;
+        break;
+      case 'S':
+      case 'I':
+        w.activity = Activity::Unknown;
+        break;
+      default:
+        w.activity = Activity::Unknown;
+        break;
     }
     if (!alive(p)) w.activity = Activity::Dead;
     if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::Running)
@@ -515,7 +552,12 @@ class GraphBuilder {
         id = fd_object(p, static_cast<int>(t.syscall.args[0]), want_read, w);
         blocked();
         const WaitObject& o = graph_.objects[id];
-        w.summary = fmt::format("{} on {}", desc.wait == WaitClass::FdWrite ? "writes" : desc.wait == WaitClass::Accept ? "accepts" : desc.wait == WaitClass::Connect ? "connects" : "reads", o.label);
+        w.summary = fmt::format("{} on {}",
+                                desc.wait == WaitClass::FdWrite   ? "writes"
+                                : desc.wait == WaitClass::Accept  ? "accepts"
+                                : desc.wait == WaitClass::Connect ? "connects"
+                                                                  : "reads",
+                                o.label);
         break;
       }
       case WaitClass::Poll:
@@ -546,7 +588,9 @@ class GraphBuilder {
           }
         }
         blocked();
-        w.summary = fmt::format("epoll_wait on {}", labels.empty() ? "nothing known" : fmt::format("{}", fmt::join(labels, ", ")));
+        w.summary =
+            fmt::format("epoll_wait on {}",
+                        labels.empty() ? "nothing known" : fmt::format("{}", fmt::join(labels, ", ")));
         break;
       }
       case WaitClass::ChildWait:

@@ -24,9 +24,7 @@ bool is_text_type(std::string_view type) {
 // "__pfx_" (and "__cfi_") symbols are the padding in front of each function;
 // keeping them would make a return address just past a noreturn call read as
 // "__pfx_next_function+0x0" instead of the function it is in.
-bool is_padding(std::string_view name) {
-  return name.starts_with("__pfx_") || name.starts_with("__cfi_");
-}
+bool is_padding(std::string_view name) { return name.starts_with("__pfx_") || name.starts_with("__cfi_"); }
 
 std::string_view next_field(std::string_view& line) {
   size_t start = line.find_first_not_of(" \t");

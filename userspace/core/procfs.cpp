@@ -177,8 +177,7 @@ Result<ProcStatus> parse_status(std::string_view text) {
       st.nonvoluntary_ctxt_switches = *v;
     }
   }
-  if (!have_name || !have_tgid || !have_ppid)
-    return parse_error("status", "missing Name, Tgid or PPid");
+  if (!have_name || !have_tgid || !have_ppid) return parse_error("status", "missing Name, Tgid or PPid");
   return st;
 }
 
@@ -197,7 +196,8 @@ Result<SyscallState> parse_syscall(std::string_view text) {
   if (!nr) return parse_error("syscall", fmt::format("bad syscall number in '{}'", excerpt(t)));
   if (*nr < 0) {
     // Blocked (or stopped) in user mode: only the user stack and pc.
-    if (tokens.size() != 3) return parse_error("syscall", fmt::format("expected '-1 SP PC', got '{}'", excerpt(t)));
+    if (tokens.size() != 3)
+      return parse_error("syscall", fmt::format("expected '-1 SP PC', got '{}'", excerpt(t)));
     auto sp = parse_u64(tokens[1], 16), pc = parse_u64(tokens[2], 16);
     if (!sp || !pc) return parse_error("syscall", fmt::format("bad sp/pc in '{}'", excerpt(t)));
     sc.mode = SyscallState::Mode::User;
@@ -206,13 +206,17 @@ Result<SyscallState> parse_syscall(std::string_view text) {
     sc.pc = *pc;
     return sc;
   }
-  if (tokens.size() != 9) return parse_error("syscall", fmt::format("expected 'NR A0..A5 SP PC', got '{}'", excerpt(t)));
+  if (tokens.size() != 9)
+    return parse_error("syscall", fmt::format("expected 'NR A0..A5 SP PC', got '{}'", excerpt(t)));
   for (size_t i = 0; i < 8; ++i) {
     auto v = parse_u64(tokens[i + 1], 16);
     if (!v) return parse_error("syscall", fmt::format("bad hex '{}'", tokens[i + 1]));
-    if (i < 6) sc.args[i] = *v;
-    else if (i == 6) sc.sp = *v;
-    else sc.pc = *v;
+    if (i < 6)
+      sc.args[i] = *v;
+    else if (i == 6)
+      sc.sp = *v;
+    else
+      sc.pc = *v;
   }
   sc.mode = SyscallState::Mode::InSyscall;
   sc.nr = *nr;
@@ -241,12 +245,18 @@ FdLinkInfo classify_fd_link(std::string_view link) {
     std::string_view type = link.substr(std::string_view("anon_inode:").size());
     if (starts_with(type, "[") && ends_with(type, "]")) type = type.substr(1, type.size() - 2);
     info.anon_type = std::string(type);
-    if (type == "eventfd") info.kind = FdKind::EventFd;
-    else if (type == "eventpoll") info.kind = FdKind::Epoll;
-    else if (type == "timerfd") info.kind = FdKind::TimerFd;
-    else if (type == "signalfd") info.kind = FdKind::SignalFd;
-    else if (type == "pidfd") info.kind = FdKind::PidFd;
-    else info.kind = FdKind::OtherAnon;
+    if (type == "eventfd")
+      info.kind = FdKind::EventFd;
+    else if (type == "eventpoll")
+      info.kind = FdKind::Epoll;
+    else if (type == "timerfd")
+      info.kind = FdKind::TimerFd;
+    else if (type == "signalfd")
+      info.kind = FdKind::SignalFd;
+    else if (type == "pidfd")
+      info.kind = FdKind::PidFd;
+    else
+      info.kind = FdKind::OtherAnon;
     return info;
   }
   // pidfs kernels may name pidfds "pidfd:[INODE]".
@@ -263,9 +273,12 @@ FdLinkInfo classify_fd_link(std::string_view link) {
       path.remove_suffix(kDeleted.size());
     }
     info.path = std::string(path);
-    if (starts_with(path, "/dev/shm/")) info.kind = FdKind::ShmFile;
-    else if (starts_with(path, "/dev/")) info.kind = FdKind::Device;
-    else info.kind = FdKind::File;
+    if (starts_with(path, "/dev/shm/"))
+      info.kind = FdKind::ShmFile;
+    else if (starts_with(path, "/dev/"))
+      info.kind = FdKind::Device;
+    else
+      info.kind = FdKind::File;
     return info;
   }
   return info;  // "net:[...]", "mnt:[...]" and whatever comes next
@@ -287,7 +300,8 @@ Result<EpollWatch> parse_epoll_tfd_line(std::string_view line) {
     std::string_view key = tok.substr(0, colon);
     std::string_view value = tok.substr(colon + 1);
     if (value.empty()) {  // "key:" then the value as the next token
-      if (i + 1 >= tokens.size()) return parse_error("epoll fdinfo", fmt::format("'{}' without a value", key));
+      if (i + 1 >= tokens.size())
+        return parse_error("epoll fdinfo", fmt::format("'{}' without a value", key));
       value = tokens[++i];
     }
     if (key == "tfd") {
@@ -306,7 +320,8 @@ Result<EpollWatch> parse_epoll_tfd_line(std::string_view line) {
       watch.inode = *v;
     }
   }
-  if (!have_tfd || !have_events) return parse_error("epoll fdinfo", fmt::format("incomplete line '{}'", excerpt(line)));
+  if (!have_tfd || !have_events)
+    return parse_error("epoll fdinfo", fmt::format("incomplete line '{}'", excerpt(line)));
   return watch;
 }
 
@@ -374,7 +389,8 @@ Result<Mapping> parse_maps_line(std::string_view line) {
     return parse_error("maps line", fmt::format("'{}'", excerpt(line)));
   auto start = parse_u64(range.substr(0, dash), 16), end = parse_u64(range.substr(dash + 1), 16);
   auto off = parse_u64(offset, 16);
-  auto major = parse_int<uint32_t>(dev.substr(0, colon), 16), minor = parse_int<uint32_t>(dev.substr(colon + 1), 16);
+  auto major = parse_int<uint32_t>(dev.substr(0, colon), 16),
+       minor = parse_int<uint32_t>(dev.substr(colon + 1), 16);
   auto ino = parse_u64(inode);
   if (!start || !end || !off || !major || !minor || !ino || *end < *start)
     return parse_error("maps line", fmt::format("'{}'", excerpt(line)));
@@ -406,19 +422,32 @@ Result<std::vector<Mapping>> parse_maps(std::string_view text) {
 
 std::string tcp_state_name(int state_code) {
   switch (state_code) {
-    case 1: return "ESTABLISHED";
-    case 2: return "SYN_SENT";
-    case 3: return "SYN_RECV";
-    case 4: return "FIN_WAIT1";
-    case 5: return "FIN_WAIT2";
-    case 6: return "TIME_WAIT";
-    case 7: return "CLOSE";
-    case 8: return "CLOSE_WAIT";
-    case 9: return "LAST_ACK";
-    case 10: return "LISTEN";
-    case 11: return "CLOSING";
-    case 12: return "NEW_SYN_RECV";
-    default: return fmt::format("STATE_{}", state_code);
+    case 1:
+      return "ESTABLISHED";
+    case 2:
+      return "SYN_SENT";
+    case 3:
+      return "SYN_RECV";
+    case 4:
+      return "FIN_WAIT1";
+    case 5:
+      return "FIN_WAIT2";
+    case 6:
+      return "TIME_WAIT";
+    case 7:
+      return "CLOSE";
+    case 8:
+      return "CLOSE_WAIT";
+    case 9:
+      return "LAST_ACK";
+    case 10:
+      return "LISTEN";
+    case 11:
+      return "CLOSING";
+    case 12:
+      return "NEW_SYN_RECV";
+    default:
+      return fmt::format("STATE_{}", state_code);
   }
 }
 
@@ -529,8 +558,8 @@ Result<std::vector<UnixSocketEntry>> parse_unix_sockets(std::string_view text) {
       rest.remove_prefix(end);
       return tok;
     };
-    std::string_view num = next_token(), refcount = next_token(), protocol = next_token(), flags = next_token(),
-                     type = next_token(), st = next_token(), inode = next_token();
+    std::string_view num = next_token(), refcount = next_token(), protocol = next_token(),
+                     flags = next_token(), type = next_token(), st = next_token(), inode = next_token();
     (void)refcount;
     (void)protocol;
     if (inode.empty() || !ends_with(num, ":"))
@@ -546,12 +575,18 @@ Result<std::vector<UnixSocketEntry>> parse_unix_sockets(std::string_view text) {
     e.type = *type_v;
     e.socket_state = *st_v;
     e.listening = (*flags_v & kAcceptCon) != 0;
-    if (e.listening) e.state = "LISTEN";
-    else if (*st_v == 1) e.state = "UNCONNECTED";
-    else if (*st_v == 2) e.state = "CONNECTING";
-    else if (*st_v == 3) e.state = "CONNECTED";
-    else if (*st_v == 4) e.state = "DISCONNECTING";
-    else e.state = fmt::format("STATE_{}", *st_v);
+    if (e.listening)
+      e.state = "LISTEN";
+    else if (*st_v == 1)
+      e.state = "UNCONNECTED";
+    else if (*st_v == 2)
+      e.state = "CONNECTING";
+    else if (*st_v == 3)
+      e.state = "CONNECTED";
+    else if (*st_v == 4)
+      e.state = "DISCONNECTING";
+    else
+      e.state = fmt::format("STATE_{}", *st_v);
     while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
     while (!rest.empty() && (rest.back() == '\n' || rest.back() == '\r')) rest.remove_suffix(1);
     e.path = std::string(rest);
@@ -569,12 +604,18 @@ Result<ProcIo> parse_io(std::string_view text) {
     std::string_view key, value;
     if (!split_key_value(line, key, value)) continue;
     uint64_t* slot = nullptr;
-    if (key == "rchar") slot = &io.rchar, have_rchar = true;
-    else if (key == "wchar") slot = &io.wchar, have_wchar = true;
-    else if (key == "syscr") slot = &io.syscr;
-    else if (key == "syscw") slot = &io.syscw;
-    else if (key == "read_bytes") slot = &io.read_bytes;
-    else if (key == "write_bytes") slot = &io.write_bytes;
+    if (key == "rchar")
+      slot = &io.rchar, have_rchar = true;
+    else if (key == "wchar")
+      slot = &io.wchar, have_wchar = true;
+    else if (key == "syscr")
+      slot = &io.syscr;
+    else if (key == "syscw")
+      slot = &io.syscw;
+    else if (key == "read_bytes")
+      slot = &io.read_bytes;
+    else if (key == "write_bytes")
+      slot = &io.write_bytes;
     if (!slot) continue;
     auto v = parse_u64(value);
     if (!v) return parse_error("io", fmt::format("bad {} '{}'", key, value));
@@ -697,7 +738,9 @@ Result<T> read_and_parse(const std::string& path, int* err, Parse parse) {
 }  // namespace
 
 std::string ProcFs::pid_path(int pid) const { return fmt::format("{}/{}", root_, pid); }
-std::string ProcFs::task_path(int pid, int tid) const { return fmt::format("{}/{}/task/{}", root_, pid, tid); }
+std::string ProcFs::task_path(int pid, int tid) const {
+  return fmt::format("{}/{}/task/{}", root_, pid, tid);
+}
 
 Result<ProcStat> ProcFs::stat(int pid, int* err) const {
   return read_and_parse<ProcStat>(pid_path(pid) + "/stat", err, parse_stat);
@@ -732,8 +775,12 @@ Result<uint64_t> ProcFs::namespace_inode(int pid, const std::string& ns, int* er
   return parse_namespace_link(*link);
 }
 Result<std::vector<int>> ProcFs::pids(int* err) const { return list_numeric_dir(root_, err); }
-Result<std::vector<int>> ProcFs::tids(int pid, int* err) const { return list_numeric_dir(pid_path(pid) + "/task", err); }
-Result<std::vector<int>> ProcFs::fds(int pid, int* err) const { return list_numeric_dir(pid_path(pid) + "/fd", err); }
+Result<std::vector<int>> ProcFs::tids(int pid, int* err) const {
+  return list_numeric_dir(pid_path(pid) + "/task", err);
+}
+Result<std::vector<int>> ProcFs::fds(int pid, int* err) const {
+  return list_numeric_dir(pid_path(pid) + "/fd", err);
+}
 Result<std::string> ProcFs::fd_link(int pid, int fd, int* err) const {
   return read_link(fmt::format("{}/fd/{}", pid_path(pid), fd), err);
 }

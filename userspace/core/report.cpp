@@ -11,9 +11,12 @@ namespace {
 
 const char* role_name(ProcessRole r) {
   switch (r) {
-    case ProcessRole::Target: return "target";
-    case ProcessRole::Descendant: return "descendant";
-    case ProcessRole::Peer: return "peer";
+    case ProcessRole::Target:
+      return "target";
+    case ProcessRole::Descendant:
+      return "descendant";
+    case ProcessRole::Peer:
+      return "peer";
   }
   return "target";
 }
@@ -47,7 +50,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
   auto line = [&](const std::string& s = "") { out += s + "\n"; };
   const ProcessInfo* target = snap.process(snap.target_pid);
   line(fmt::format("hangtrace {} | pid {} ({}) | {} | kernel {} | {}", snap.hangtrace_version,
-                   snap.target_pid, target ? truncate(target->cmdline.empty() ? target->comm : target->cmdline, 60) : "?",
+                   snap.target_pid,
+                   target ? truncate(target->cmdline.empty() ? target->comm : target->cmdline, 60) : "?",
                    snap.hostname, snap.kernel_release, local_time(snap.taken_at_unix)));
   line();
   line(fmt::format("VERDICT: {}", d.verdict.summary));
@@ -90,7 +94,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
                      truncate(p.cmdline.empty() ? p.comm : p.cmdline, 70)));
   }
   line();
-  line(fmt::format("  {:<8} {:<8} {:<16} {:<11} {:>7}  {}", "TID", "PID", "COMM", "ACTIVITY", "BLOCKED", "WAIT"));
+  line(fmt::format("  {:<8} {:<8} {:<16} {:<11} {:>7}  {}", "TID", "PID", "COMM", "ACTIVITY", "BLOCKED",
+                   "WAIT"));
   for (const auto& p : snap.processes) {
     std::map<std::string, std::vector<int>> grouped;  // summary -> tids
     for (const auto& t : p.threads) {
@@ -104,7 +109,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
       }
       line(fmt::format("  {:<8} {:<8} {:<16} {:<11} {:>7}  {}", t.tid, p.pid, truncate(t.comm, 16),
                        activity_name(w.activity), blocked_text(w), truncate(w.summary, 90)));
-      if (opt.verbosity > 0 && !w.syscall_text.empty()) line(fmt::format("{:>58}{}", "", truncate(w.syscall_text, 100)));
+      if (opt.verbosity > 0 && !w.syscall_text.empty())
+        line(fmt::format("{:>58}{}", "", truncate(w.syscall_text, 100)));
       if (opt.verbosity > 1 && !w.kernel_stack.empty()) {
         for (const auto& fn : w.kernel_stack) line(fmt::format("{:>58}k {}", "", fn));
       }
@@ -119,8 +125,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
     line();
     line("FINDINGS");
     for (const auto& f : d.findings) {
-      line(fmt::format("[{}] {} {} {} | pids {}", f.id, severity_name(f.severity), confidence_name(f.confidence),
-                       f.kind, fmt::join(f.pids, ", ")));
+      line(fmt::format("[{}] {} {} {} | pids {}", f.id, severity_name(f.severity),
+                       confidence_name(f.confidence), f.kind, fmt::join(f.pids, ", ")));
       line("  " + f.summary);
       if (!f.evidence.empty()) {
         line("  evidence:");
@@ -137,7 +143,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
     line();
     double pct = snap.shm.size_bytes ? 100.0 * snap.shm.used_bytes / snap.shm.size_bytes : 0;
     line(fmt::format("/dev/shm of the target: {:.1f} MiB used of {:.1f} MiB ({:.0f}%), {} segment(s) listed",
-                     snap.shm.used_bytes / 1048576.0, snap.shm.size_bytes / 1048576.0, pct, snap.shm.largest.size()));
+                     snap.shm.used_bytes / 1048576.0, snap.shm.size_bytes / 1048576.0, pct,
+                     snap.shm.largest.size()));
   }
   if (!snap.limitations.empty()) {
     line();
@@ -227,7 +234,9 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d) {
 
   json segs = json::array();
   for (const auto& s : snap.shm.largest)
-    segs.push_back({{"name", s.name}, {"size_bytes", s.size_bytes}, {"allocated_bytes", s.allocated_bytes},
+    segs.push_back({{"name", s.name},
+                    {"size_bytes", s.size_bytes},
+                    {"allocated_bytes", s.allocated_bytes},
                     {"pids", s.mapped_by}});
   j["shm"] = {{"available", snap.shm.available},
               {"path", snap.shm.mount_path},

@@ -12,9 +12,12 @@ namespace hangtrace {
 
 const char* severity_name(Severity s) {
   switch (s) {
-    case Severity::Info: return "info";
-    case Severity::Warning: return "warning";
-    case Severity::Critical: return "critical";
+    case Severity::Info:
+      return "info";
+    case Severity::Warning:
+      return "warning";
+    case Severity::Critical:
+      return "critical";
   }
   return "info";
 }
@@ -197,7 +200,6 @@ class Analyzer {
     };
     for (int v : nodes)
       if (!index.count(v)) strong(v);
-
   }
 
   void compute_deadlocked() {
@@ -367,9 +369,10 @@ class Analyzer {
           auto it = g().tid_to_pid.find(*first.owner_tid);
           foreign_owner = it != g().tid_to_pid.end() && it->second != pid_of(waiters[0]);
           reason = foreign_owner
-                       ? fmt::format("the lock's owner TID {} is a thread of process {}, not of the waiter: "
-                                     "the lock was copied in its locked state by fork()",
-                                     *first.owner_tid, it->second)
+                       ? fmt::format(
+                             "the lock's owner TID {} is a thread of process {}, not of the waiter: "
+                             "the lock was copied in its locked state by fork()",
+                             *first.owner_tid, it->second)
                        : fmt::format("the lock's owner TID {} is not alive", *first.owner_tid);
         } else if (first.id.rfind("futex:private:", 0) == 0) {
           const ProcessInfo* p = snap_.process(pid_of(waiters[0]));
@@ -400,8 +403,9 @@ class Analyzer {
         if (first.kind == ObjectKind::Child)
           reason = "no child that could end this wait is alive";
         else if (first.only_self_holders)
-          reason = "the other end is held only by the waiting process itself (an unused copy of the "
-                   "other end was never closed), and nothing in it will write";
+          reason =
+              "the other end is held only by the waiting process itself (an unused copy of the "
+              "other end was never closed), and nothing in it will write";
         else
           reason = "no live process holds the other end";
         f.summary = fmt::format("{} waits on {} but {}", who, first.label, reason);
@@ -416,10 +420,9 @@ class Analyzer {
           for (int c : p->children) {
             const ProcessInfo* cp = snap_.process(c);
             if (cp && (cp->state == 'Z' || cp->state == 'X'))
-              f.evidence.push_back(fmt::format("child {} ({}) has exited and was not reaped (zombie){}",
-                                               c, cp->comm,
-                                               cp->exit_signal ? fmt::format(", exit code {}", *cp->exit_signal)
-                                                               : ""));
+              f.evidence.push_back(
+                  fmt::format("child {} ({}) has exited and was not reaped (zombie){}", c, cp->comm,
+                              cp->exit_signal ? fmt::format(", exit code {}", *cp->exit_signal) : ""));
           }
         }
         f.advice = {
@@ -628,17 +631,19 @@ class Analyzer {
     f.severity = Severity::Critical;
     f.confidence = Confidence::Certain;
     f.rank = 8;
-    f.summary = fmt::format("{} is {:.0f}% full ({} of {}): DataLoader workers cannot hand over tensors "
-                            "(they block or die of SIGBUS)",
-                            shm.mount_path.empty() ? "/dev/shm" : shm.mount_path, ratio * 100,
-                            human_bytes(shm.used_bytes), human_bytes(shm.size_bytes));
+    f.summary = fmt::format(
+        "{} is {:.0f}% full ({} of {}): DataLoader workers cannot hand over tensors "
+        "(they block or die of SIGBUS)",
+        shm.mount_path.empty() ? "/dev/shm" : shm.mount_path, ratio * 100, human_bytes(shm.used_bytes),
+        human_bytes(shm.size_bytes));
     nlohmann::json segments = nlohmann::json::array();
     for (const auto& seg : shm.largest) {
       segments.push_back({{"name", seg.name}, {"size_bytes", seg.allocated_bytes}, {"pids", seg.mapped_by}});
       for (int pid : seg.mapped_by) add_unique(f.pids, pid);
       f.evidence.push_back(fmt::format("{} {} held by {}", seg.name, human_bytes(seg.allocated_bytes),
-                                       seg.mapped_by.empty() ? std::string("nobody (leaked)")
-                                                             : fmt::format("pids {}", fmt::join(seg.mapped_by, ", "))));
+                                       seg.mapped_by.empty()
+                                           ? std::string("nobody (leaked)")
+                                           : fmt::format("pids {}", fmt::join(seg.mapped_by, ", "))));
     }
     if (shm.unlinked_mapped_bytes)
       f.evidence.push_back(fmt::format("{} in unlinked segments still mapped (torch shared tensors)",
@@ -670,9 +675,9 @@ class Analyzer {
     }
     if (!d_.findings.empty() && d_.findings.front().severity == Severity::Critical) {
       d_.verdict.status = "hang";
-      d_.verdict.summary = fmt::format("HANG ({}, {}): {}", d_.findings.front().kind,
-                                       confidence_name(d_.findings.front().confidence),
-                                       d_.findings.front().summary);
+      d_.verdict.summary =
+          fmt::format("HANG ({}, {}): {}", d_.findings.front().kind,
+                      confidence_name(d_.findings.front().confidence), d_.findings.front().summary);
     } else if (!d_.findings.empty()) {
       d_.verdict.status = "suspect";
       d_.verdict.summary = fmt::format("no hang proven, but: {}", d_.findings.front().summary);

@@ -10,35 +10,52 @@ namespace {
 
 const char* fd_kind_name(FdKind k) {
   switch (k) {
-    case FdKind::Unknown: return "unknown";
-    case FdKind::Pipe: return "pipe";
-    case FdKind::Socket: return "socket";
-    case FdKind::EventFd: return "eventfd";
-    case FdKind::Epoll: return "epoll";
-    case FdKind::TimerFd: return "timerfd";
-    case FdKind::SignalFd: return "signalfd";
-    case FdKind::PidFd: return "pidfd";
-    case FdKind::OtherAnon: return "anon";
-    case FdKind::File: return "file";
-    case FdKind::ShmFile: return "shm";
-    case FdKind::Device: return "device";
+    case FdKind::Unknown:
+      return "unknown";
+    case FdKind::Pipe:
+      return "pipe";
+    case FdKind::Socket:
+      return "socket";
+    case FdKind::EventFd:
+      return "eventfd";
+    case FdKind::Epoll:
+      return "epoll";
+    case FdKind::TimerFd:
+      return "timerfd";
+    case FdKind::SignalFd:
+      return "signalfd";
+    case FdKind::PidFd:
+      return "pidfd";
+    case FdKind::OtherAnon:
+      return "anon";
+    case FdKind::File:
+      return "file";
+    case FdKind::ShmFile:
+      return "shm";
+    case FdKind::Device:
+      return "device";
   }
   return "unknown";
 }
 
 FdKind fd_kind_from(const std::string& s) {
-  for (FdKind k : {FdKind::Pipe, FdKind::Socket, FdKind::EventFd, FdKind::Epoll, FdKind::TimerFd, FdKind::SignalFd,
-                   FdKind::PidFd, FdKind::OtherAnon, FdKind::File, FdKind::ShmFile, FdKind::Device})
+  for (FdKind k :
+       {FdKind::Pipe, FdKind::Socket, FdKind::EventFd, FdKind::Epoll, FdKind::TimerFd, FdKind::SignalFd,
+        FdKind::PidFd, FdKind::OtherAnon, FdKind::File, FdKind::ShmFile, FdKind::Device})
     if (s == fd_kind_name(k)) return k;
   return FdKind::Unknown;
 }
 
 const char* mode_name(SyscallState::Mode m) {
   switch (m) {
-    case SyscallState::Mode::Unknown: return "unknown";
-    case SyscallState::Mode::Running: return "running";
-    case SyscallState::Mode::InSyscall: return "syscall";
-    case SyscallState::Mode::User: return "user";
+    case SyscallState::Mode::Unknown:
+      return "unknown";
+    case SyscallState::Mode::Running:
+      return "running";
+    case SyscallState::Mode::InSyscall:
+      return "syscall";
+    case SyscallState::Mode::User:
+      return "user";
   }
   return "unknown";
 }
@@ -93,31 +110,56 @@ json snapshot_to_json(const Snapshot& s) {
   j["limitations"] = s.limitations;
   json procs = json::array();
   for (const auto& p : s.processes) {
-    json jp = {{"pid", p.pid}, {"ppid", p.ppid}, {"comm", p.comm}, {"cmdline", p.cmdline}, {"exe", p.exe},
-               {"state", std::string(1, p.state)}, {"flags", p.flags}, {"role", role_name(p.role)},
-               {"is_python", p.is_python}, {"netns", p.netns}, {"mntns", p.mntns}, {"children", p.children},
+    json jp = {{"pid", p.pid},
+               {"ppid", p.ppid},
+               {"comm", p.comm},
+               {"cmdline", p.cmdline},
+               {"exe", p.exe},
+               {"state", std::string(1, p.state)},
+               {"flags", p.flags},
+               {"role", role_name(p.role)},
+               {"is_python", p.is_python},
+               {"netns", p.netns},
+               {"mntns", p.mntns},
+               {"children", p.children},
                {"exit_signal", opt(p.exit_signal)}};
     json threads = json::array();
     for (const auto& t : p.threads) {
-      json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)},
-                 {"syscall", {{"mode", mode_name(t.syscall.mode)}, {"nr", t.syscall.nr},
-                              {"args", std::vector<uint64_t>(t.syscall.args, t.syscall.args + 6)},
-                              {"sp", t.syscall.sp}, {"pc", t.syscall.pc}}},
-                 {"memory", {{"futex_word", opt(t.memory.futex_word)}, {"futex_bytes", t.memory.futex_bytes},
-                             {"poll_fds", t.memory.poll_fds}, {"timeout_s", opt(t.memory.timeout_s)},
-                             {"timeout_absolute", t.memory.timeout_absolute}}},
-                 {"voluntary_switches", t.voluntary_switches}, {"involuntary_switches", t.involuntary_switches},
-                 {"cpu_ns", {t.cpu_ns_start, t.cpu_ns_end}}, {"io_bytes", {t.io_bytes_start, t.io_bytes_end}},
+      json jt = {{"tid", t.tid},
+                 {"comm", t.comm},
+                 {"state", std::string(1, t.state)},
+                 {"syscall",
+                  {{"mode", mode_name(t.syscall.mode)},
+                   {"nr", t.syscall.nr},
+                   {"args", std::vector<uint64_t>(t.syscall.args, t.syscall.args + 6)},
+                   {"sp", t.syscall.sp},
+                   {"pc", t.syscall.pc}}},
+                 {"memory",
+                  {{"futex_word", opt(t.memory.futex_word)},
+                   {"futex_bytes", t.memory.futex_bytes},
+                   {"poll_fds", t.memory.poll_fds},
+                   {"timeout_s", opt(t.memory.timeout_s)},
+                   {"timeout_absolute", t.memory.timeout_absolute}}},
+                 {"voluntary_switches", t.voluntary_switches},
+                 {"involuntary_switches", t.involuntary_switches},
+                 {"cpu_ns", {t.cpu_ns_start, t.cpu_ns_end}},
+                 {"io_bytes", {t.io_bytes_start, t.io_bytes_end}},
                  {"progress_sampled", t.progress_sampled}};
       if (t.kernel) {
         json stack = json::array();
         for (const auto& f : t.kernel->stack) stack.push_back({{"addr", f.addr}, {"symbol", f.symbol}});
-        jt["kernel"] = {{"state", t.kernel->state}, {"task_flags", t.kernel->task_flags},
-                        {"on_cpu", t.kernel->on_cpu}, {"off_cpu_ns", t.kernel->off_cpu_ns},
-                        {"sum_exec_ns", t.kernel->sum_exec_ns}, {"nvcsw", t.kernel->nvcsw},
-                        {"nivcsw", t.kernel->nivcsw}, {"user_ip", t.kernel->user_ip},
-                        {"user_sp", t.kernel->user_sp}, {"user_bp", t.kernel->user_bp},
-                        {"stack", stack}, {"stack_error", t.kernel->stack_error}};
+        jt["kernel"] = {{"state", t.kernel->state},
+                        {"task_flags", t.kernel->task_flags},
+                        {"on_cpu", t.kernel->on_cpu},
+                        {"off_cpu_ns", t.kernel->off_cpu_ns},
+                        {"sum_exec_ns", t.kernel->sum_exec_ns},
+                        {"nvcsw", t.kernel->nvcsw},
+                        {"nivcsw", t.kernel->nivcsw},
+                        {"user_ip", t.kernel->user_ip},
+                        {"user_sp", t.kernel->user_sp},
+                        {"user_bp", t.kernel->user_bp},
+                        {"stack", stack},
+                        {"stack_error", t.kernel->stack_error}};
       }
       threads.push_back(jt);
     }
@@ -125,32 +167,57 @@ json snapshot_to_json(const Snapshot& s) {
     json fds = json::array();
     for (const auto& f : p.fds) {
       json epoll = json::array();
-      for (const auto& e : f.epoll) epoll.push_back({{"fd", e.target_fd}, {"events", e.events}, {"inode", e.inode}});
-      fds.push_back({{"fd", f.fd}, {"link", f.link}, {"kind", fd_kind_name(f.kind)}, {"inode", f.inode},
-                     {"flags", f.flags}, {"pos", f.pos}, {"eventfd_id", opt(f.eventfd_id)}, {"epoll", epoll},
-                     {"ready_events", f.ready_events}, {"queued_bytes", f.queued_bytes}});
+      for (const auto& e : f.epoll)
+        epoll.push_back({{"fd", e.target_fd}, {"events", e.events}, {"inode", e.inode}});
+      fds.push_back({{"fd", f.fd},
+                     {"link", f.link},
+                     {"kind", fd_kind_name(f.kind)},
+                     {"inode", f.inode},
+                     {"flags", f.flags},
+                     {"pos", f.pos},
+                     {"eventfd_id", opt(f.eventfd_id)},
+                     {"epoll", epoll},
+                     {"ready_events", f.ready_events},
+                     {"queued_bytes", f.queued_bytes}});
     }
     jp["fds"] = fds;
     json maps = json::array();
     for (const auto& m : p.maps)
-      maps.push_back({{"start", m.start}, {"end", m.end}, {"offset", m.offset}, {"perms", m.perms},
-                      {"dev", {m.dev_major, m.dev_minor}}, {"inode", m.inode}, {"path", m.path}});
+      maps.push_back({{"start", m.start},
+                      {"end", m.end},
+                      {"offset", m.offset},
+                      {"perms", m.perms},
+                      {"dev", {m.dev_major, m.dev_minor}},
+                      {"inode", m.inode},
+                      {"path", m.path}});
     jp["maps"] = maps;
     procs.push_back(jp);
   }
   j["processes"] = procs;
   json socks = json::array();
   for (const auto& k : s.sockets)
-    socks.push_back({{"inode", k.inode}, {"netns", k.netns}, {"family", k.family}, {"state", k.state},
-                     {"local", k.local}, {"remote", k.remote}, {"rx_queue", k.rx_queue}, {"tx_queue", k.tx_queue},
-                     {"peer_inode", k.peer_inode}, {"remote_is_local_host", k.remote_is_local_host}});
+    socks.push_back({{"inode", k.inode},
+                     {"netns", k.netns},
+                     {"family", k.family},
+                     {"state", k.state},
+                     {"local", k.local},
+                     {"remote", k.remote},
+                     {"rx_queue", k.rx_queue},
+                     {"tx_queue", k.tx_queue},
+                     {"peer_inode", k.peer_inode},
+                     {"remote_is_local_host", k.remote_is_local_host}});
   j["sockets"] = socks;
   json segs = json::array();
   for (const auto& g : s.shm.largest)
-    segs.push_back({{"name", g.name}, {"size_bytes", g.size_bytes}, {"allocated_bytes", g.allocated_bytes},
+    segs.push_back({{"name", g.name},
+                    {"size_bytes", g.size_bytes},
+                    {"allocated_bytes", g.allocated_bytes},
                     {"mapped_by", g.mapped_by}});
-  j["shm"] = {{"available", s.shm.available}, {"mount_path", s.shm.mount_path}, {"size_bytes", s.shm.size_bytes},
-              {"used_bytes", s.shm.used_bytes}, {"largest", segs},
+  j["shm"] = {{"available", s.shm.available},
+              {"mount_path", s.shm.mount_path},
+              {"size_bytes", s.shm.size_bytes},
+              {"used_bytes", s.shm.used_bytes},
+              {"largest", segs},
               {"unlinked_mapped_bytes", s.shm.unlinked_mapped_bytes}};
   return j;
 }

@@ -64,9 +64,9 @@ constexpr uint32_t kFutexClockRealtime = 256;
 constexpr uint32_t kFutexCmdMask = ~(kFutexPrivateFlag | kFutexClockRealtime);
 
 constexpr std::array<const char*, 14> kFutexCmdNames = {
-    "FUTEX_WAIT",          "FUTEX_WAKE",           "FUTEX_FD",          "FUTEX_REQUEUE",
-    "FUTEX_CMP_REQUEUE",   "FUTEX_WAKE_OP",        "FUTEX_LOCK_PI",     "FUTEX_UNLOCK_PI",
-    "FUTEX_TRYLOCK_PI",    "FUTEX_WAIT_BITSET",    "FUTEX_WAKE_BITSET", "FUTEX_WAIT_REQUEUE_PI",
+    "FUTEX_WAIT",           "FUTEX_WAKE",        "FUTEX_FD",          "FUTEX_REQUEUE",
+    "FUTEX_CMP_REQUEUE",    "FUTEX_WAKE_OP",     "FUTEX_LOCK_PI",     "FUTEX_UNLOCK_PI",
+    "FUTEX_TRYLOCK_PI",     "FUTEX_WAIT_BITSET", "FUTEX_WAKE_BITSET", "FUTEX_WAIT_REQUEUE_PI",
     "FUTEX_CMP_REQUEUE_PI", "FUTEX_LOCK_PI2"};
 
 std::string hex(uint64_t v) { return v == 0 ? "NULL" : fmt::format("{:#x}", v); }
@@ -87,19 +87,32 @@ std::string poll_events_text(uint32_t events) {
 
 const char* wait_class_name(WaitClass c) {
   switch (c) {
-    case WaitClass::None: return "none";
-    case WaitClass::Futex: return "futex";
-    case WaitClass::FdRead: return "read";
-    case WaitClass::FdWrite: return "write";
-    case WaitClass::Poll: return "poll";
-    case WaitClass::Select: return "select";
-    case WaitClass::Epoll: return "epoll";
-    case WaitClass::Accept: return "accept";
-    case WaitClass::Connect: return "connect";
-    case WaitClass::ChildWait: return "child-wait";
-    case WaitClass::Sleep: return "sleep";
-    case WaitClass::Pause: return "signal-wait";
-    case WaitClass::Other: return "other";
+    case WaitClass::None:
+      return "none";
+    case WaitClass::Futex:
+      return "futex";
+    case WaitClass::FdRead:
+      return "read";
+    case WaitClass::FdWrite:
+      return "write";
+    case WaitClass::Poll:
+      return "poll";
+    case WaitClass::Select:
+      return "select";
+    case WaitClass::Epoll:
+      return "epoll";
+    case WaitClass::Accept:
+      return "accept";
+    case WaitClass::Connect:
+      return "connect";
+    case WaitClass::ChildWait:
+      return "child-wait";
+    case WaitClass::Sleep:
+      return "sleep";
+    case WaitClass::Pause:
+      return "signal-wait";
+    case WaitClass::Other:
+      return "other";
   }
   return "none";
 }
@@ -120,10 +133,10 @@ FutexOp decode_futex_op(uint32_t op) {
                      ? kFutexCmdNames[out.cmd]
                      : fmt::format("FUTEX_OP_{}", out.cmd);
   switch (out.cmd) {
-    case 0:   // WAIT
+    case 0:  // WAIT
       out.is_wait = true;
       break;
-    case 9:   // WAIT_BITSET
+    case 9:  // WAIT_BITSET
       out.is_wait = true;
       out.absolute_timeout = true;
       break;
@@ -214,22 +227,39 @@ std::string format_syscall(int64_t nr, const uint64_t a[6],
   switch (nr) {
     case 202: {
       FutexOp op = decode_futex_op(static_cast<uint32_t>(a[1]));
-      return fmt::format("futex({:#x}, {}, {}, {})", a[0], op.text, static_cast<uint32_t>(a[2]),
-                         hex(a[3]));
+      return fmt::format("futex({:#x}, {}, {}, {})", a[0], op.text, static_cast<uint32_t>(a[2]), hex(a[3]));
     }
-    case 0: case 1: case 17: case 18: case 19: case 20: case 45: case 44: case 46: case 47:
-    case 295: case 296: case 299: case 307: case 327: case 328:
+    case 0:
+    case 1:
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+    case 45:
+    case 44:
+    case 46:
+    case 47:
+    case 295:
+    case 296:
+    case 299:
+    case 307:
+    case 327:
+    case 328:
       return fmt::format("{}({}, {:#x}, {})", d.name, fd(a[0]), a[1], a[2]);
     case 7:
       return fmt::format("poll({}, {}, {})", poll_list(), a[1], static_cast<int>(a[2]));
     case 271:
       return fmt::format("ppoll({}, {}, {})", poll_list(), a[1], hex(a[2]));
-    case 23: case 270:
+    case 23:
+    case 270:
       return fmt::format("{}({}, {}, {})", d.name, static_cast<int>(a[0]), poll_list(), hex(a[4]));
-    case 232: case 281:
+    case 232:
+    case 281:
       return fmt::format("{}({}, {:#x}, {}, {})", d.name, fd(a[0]), a[1], static_cast<int>(a[2]),
                          static_cast<int>(a[3]));
-    case 43: case 288: case 42:
+    case 43:
+    case 288:
+    case 42:
       return fmt::format("{}({}, ...)", d.name, fd(a[0]));
     case 61:
       return fmt::format("wait4({}, {:#x}, {}, ...)", static_cast<int>(a[0]), a[1], a[2]);

@@ -73,8 +73,9 @@ int main() {
   pthread_create(&threads[1], nullptr, select_waiter, nullptr);
   pthread_create(&threads[2], nullptr, epoll_waiter, nullptr);
   while (!cond_tid || !select_tid || !epoll_tid) usleep(1000);
-  std::printf("READY pid=%d cond=%d select=%d epoll=%d pipe_fd=%d full_fd=%d epoll_fd=%d eventfd=%d\n", getpid(),
-              cond_tid.load(), select_tid.load(), epoll_tid.load(), pipe_fds[0], full_fds[1], epoll_fd, event_fd);
+  std::printf("READY pid=%d cond=%d select=%d epoll=%d pipe_fd=%d full_fd=%d epoll_fd=%d eventfd=%d\n",
+              getpid(), cond_tid.load(), select_tid.load(), epoll_tid.load(), pipe_fds[0], full_fds[1],
+              epoll_fd, event_fd);
   std::fflush(stdout);
   for (;;) pause();
 }

@@ -28,24 +28,35 @@ int main(int argc, char** argv) {
   bool zombie = false;
   int writers = 2;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--zombie") == 0) zombie = true;
-    else if (std::strcmp(argv[i], "--writers") == 0 && i + 1 < argc) writers = std::atoi(argv[++i]);
-    else { std::fprintf(stderr, "usage: %s [--zombie] [--writers N]\n", argv[0]); return 1; }
+    if (std::strcmp(argv[i], "--zombie") == 0)
+      zombie = true;
+    else if (std::strcmp(argv[i], "--writers") == 0 && i + 1 < argc)
+      writers = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--zombie] [--writers N]\n", argv[0]);
+      return 1;
+    }
   }
   if (writers < 1) writers = 1;
 
   int fds[2];
-  if (pipe(fds) != 0) { perror("pipe"); return 1; }
+  if (pipe(fds) != 0) {
+    perror("pipe");
+    return 1;
+  }
 
   std::vector<pid_t> pids;
   for (int i = 0; i < writers; ++i) {
     pid_t w = fork();
-    if (w < 0) { perror("fork"); return 1; }
+    if (w < 0) {
+      perror("fork");
+      return 1;
+    }
     if (w == 0) {
       close(fds[0]);
       std::string line = "result " + std::to_string(i) + "\n";
       (void)!write(fds[1], line.data(), line.size());
-      _exit(0);                    // the writer is done: its write end closes
+      _exit(0);  // the writer is done: its write end closes
     }
     pids.push_back(w);
   }
@@ -56,7 +67,10 @@ int main(int argc, char** argv) {
   char buf[256];
   while (lines < writers) {
     ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n <= 0) { perror("read"); return 1; }
+    if (n <= 0) {
+      perror("read");
+      return 1;
+    }
     for (ssize_t k = 0; k < n; ++k) lines += buf[k] == '\n';
   }
 
@@ -65,7 +79,10 @@ int main(int argc, char** argv) {
     bool keep_zombie = zombie && i + 1 == pids.size();
     siginfo_t info{};
     int flags = WEXITED | (keep_zombie ? WNOWAIT : 0);
-    if (waitid(P_PID, static_cast<id_t>(pids[i]), &info, flags) != 0) { perror("waitid"); return 1; }
+    if (waitid(P_PID, static_cast<id_t>(pids[i]), &info, flags) != 0) {
+      perror("waitid");
+      return 1;
+    }
   }
 
   std::printf("READY %d", getpid());
@@ -74,7 +91,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   for (;;) {
-    ssize_t n = read(fds[0], buf, sizeof buf);   // blocks forever: R holds the write end
-    if (n == 0) return 0;                         // not reached
+    ssize_t n = read(fds[0], buf, sizeof buf);  // blocks forever: R holds the write end
+    if (n == 0) return 0;                       // not reached
   }
 }

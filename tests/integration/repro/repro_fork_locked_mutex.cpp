@@ -34,24 +34,30 @@ static void* holder(void*) {
   g_locked = true;
   pthread_cond_signal(&g_ready_cv);
   pthread_mutex_unlock(&g_ready_mu);
-  for (;;) pause();   // holds g_mutex forever, waiting on something else
+  for (;;) pause();  // holds g_mutex forever, waiting on something else
   return nullptr;
 }
 
 int main() {
   pthread_t t;
-  if (pthread_create(&t, nullptr, holder, nullptr) != 0) { perror("pthread_create"); return 1; }
+  if (pthread_create(&t, nullptr, holder, nullptr) != 0) {
+    perror("pthread_create");
+    return 1;
+  }
   pthread_mutex_lock(&g_ready_mu);
   while (!g_locked) pthread_cond_wait(&g_ready_cv, &g_ready_mu);
   pthread_mutex_unlock(&g_ready_mu);
 
   pid_t parent = getpid();
   pid_t child = fork();
-  if (child < 0) { perror("fork"); return 1; }
+  if (child < 0) {
+    perror("fork");
+    return 1;
+  }
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
-    pthread_mutex_lock(&g_mutex);   // blocks forever: the owner is not in this process
+    pthread_mutex_lock(&g_mutex);  // blocks forever: the owner is not in this process
     pthread_mutex_unlock(&g_mutex);
     _exit(0);
   }
@@ -59,6 +65,7 @@ int main() {
   std::printf("READY %d %d %d\n", parent, child, g_holder_tid);
   std::fflush(stdout);
   int status = 0;
-  while (waitpid(child, &status, 0) < 0) {}
+  while (waitpid(child, &status, 0) < 0) {
+  }
   return 0;
 }

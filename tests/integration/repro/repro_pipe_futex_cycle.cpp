@@ -22,9 +22,12 @@
 
 int main() {
   // The mutex lives in memory that both processes share after fork().
-  void* mem = mmap(nullptr, sizeof(pthread_mutex_t), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) { perror("mmap"); return 1; }
+  void* mem =
+      mmap(nullptr, sizeof(pthread_mutex_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
   auto* m = static_cast<pthread_mutex_t*>(mem);
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
@@ -32,30 +35,36 @@ int main() {
   pthread_mutex_init(m, &attr);
 
   int fds[2];
-  if (pipe(fds) != 0) { perror("pipe"); return 1; }
+  if (pipe(fds) != 0) {
+    perror("pipe");
+    return 1;
+  }
 
-  pthread_mutex_lock(m);   // P owns the mutex before the child exists
+  pthread_mutex_lock(m);  // P owns the mutex before the child exists
 
   pid_t parent = getpid();
   pid_t child = fork();
-  if (child < 0) { perror("fork"); return 1; }
+  if (child < 0) {
+    perror("fork");
+    return 1;
+  }
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
-    close(fds[0]);                 // C only writes
-    pthread_mutex_lock(m);         // blocks: P holds it
+    close(fds[0]);          // C only writes
+    pthread_mutex_lock(m);  // blocks: P holds it
     const char byte = 'x';
     (void)!write(fds[1], &byte, 1);  // never reached
     pthread_mutex_unlock(m);
     _exit(0);
   }
 
-  close(fds[1]);                   // P only reads: C is the sole writer
+  close(fds[1]);  // P only reads: C is the sole writer
   std::printf("READY %d %d\n", parent, child);
   std::fflush(stdout);
   char byte;
   for (;;) {
-    ssize_t n = read(fds[0], &byte, 1);   // blocks: C is stuck on the mutex
-    if (n == 0) return 0;                 // not reached
+    ssize_t n = read(fds[0], &byte, 1);  // blocks: C is stuck on the mutex
+    if (n == 0) return 0;                // not reached
   }
 }
