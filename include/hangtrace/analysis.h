@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/live.h"
 #include "hangtrace/model.h"
 #include "hangtrace/syscalls.h"
 
@@ -121,6 +122,8 @@ struct AnalysisOptions {
   double stall_after_s = 10.0;  // a socket wait this long counts as stalled
   double shm_full_ratio = 0.90;
   uint64_t progress_cpu_ns = 2'000'000;  // more CPU than this between samples = progress
+  uint64_t memory_growth_min_bytes = 256ull << 20;  // RSS growth in the window worth a finding
+  double memory_growth_min_ratio = 0.25;             // ... and this much of where it started
 };
 
 struct Verdict {
@@ -136,7 +139,10 @@ struct Diagnosis {
   std::vector<int> probably_deadlocked_tids;  // only with timed retry loops counted
 };
 
-Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options = {});
+// `live` (optional) adds what was observed while tracing: deaths and their
+// causes (process-killed), RSS growth (memory-growth), who woke whom.
+Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options = {},
+                   const LiveObservation* live = nullptr);
 
 // Exit status for the CLI: 0 no hang found, 2 a hang / critical finding.
 int exit_status_for(const Diagnosis& d);

@@ -45,7 +45,8 @@ std::string local_time(double unix_s) {
 
 }  // namespace
 
-std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOptions& opt) {
+std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOptions& opt,
+                        const LiveObservation* live) {
   std::string out;
   auto line = [&](const std::string& s = "") { out += s + "\n"; };
   const ProcessInfo* target = snap.process(snap.target_pid);
@@ -146,6 +147,22 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
                      snap.shm.used_bytes / 1048576.0, snap.shm.size_bytes / 1048576.0, pct,
                      snap.shm.largest.size()));
   }
+  if (live) {
+    line();
+    size_t active = 0;
+    for (const auto& h : live->hooks) active += h.active;
+    line(fmt::format("LIVE: {:.1f} s traced, {} events, {} dropped, {} of {} hooks active{}", live->duration_s,
+                     live->events, live->dropped, active, live->hooks.size(),
+                     live->dropped ? " (ring buffer overflowed: raise --ringbuf-mb)" : ""));
+    for (const auto& dth : live->deaths) {
+      if (dth.signal == 0 && !dth.oom_victim)
+        line(fmt::format("  exit: {} ({}) status {}", dth.pid, dth.comm, (dth.exit_code >> 8) & 0xff));
+    }
+    if (opt.verbosity > 0) {
+      for (const auto& h : live->hooks)
+        line(fmt::format("  hook {:<8} {:<28} {:<8} {}", h.concern, h.attach, h.active ? "active" : "off", h.reason));
+    }
+  }
   if (!snap.limitations.empty()) {
     line();
     line("NOT SEEN");
@@ -154,7 +171,31 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
   return out;
 }
 
-nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d) {
+nlohmann::json live_json(const LiveObservation* live) {
+  using nlohmann::json;
+  if (!live) return nullptr;
+  json hooks = json::array();
+  for (const auto& h : live->hooks)
+    hooks.push_back({{"concern", h.concern}, {"program", h.program}, {"attach", h.attach}, {"active", h.active},
+                     {"reason", h.reason}});
+  json deaths = json::array();
+  for (const auto& dth : live->deaths)
+    deaths.push_back({{"pid", dth.pid}, {"comm", dth.comm}, {"exit_status", (dth.exit_code >> 8) & 0xff},
+                      {"signal", dth.signal}, {"oom_victim", dth.oom_victim}});
+  json rss = json::array();
+  for (const auto& [pid, r] : live->rss)
+    rss.push_back({{"pid", pid}, {"first_bytes", r.first_bytes}, {"last_bytes", r.last_bytes},
+                   {"max_bytes", r.max_bytes}, {"samples", r.samples}});
+  json wakers = json::array();
+  for (const auto& [tid, w] : live->last_waker)
+    wakers.push_back({{"tid", tid}, {"waker_pid", w.waker_tgid}, {"waker_tid", w.waker_tid},
+                      {"waker_comm", w.waker_comm}});
+  return {{"duration_s", live->duration_s}, {"events", live->events}, {"dropped", live->dropped},
+          {"undecodable", live->undecodable}, {"hooks", hooks}, {"exits", deaths}, {"rss", rss},
+          {"last_wakers", wakers}, {"forked", live->forked}};
+}
+
+nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
   using nlohmann::json;
   json j;
   j["schema"] = kReportSchema;
@@ -246,6 +287,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d) {
               {"largest", segs}};
   j["deadlocked_tids"] = d.deadlocked_tids;
   j["probably_deadlocked_tids"] = d.probably_deadlocked_tids;
+  j["live"] = live_json(live);
   j["limitations"] = snap.limitations;
   return j;
 }

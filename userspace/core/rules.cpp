@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <set>
@@ -48,7 +49,8 @@ std::string duration(std::optional<double> s) {
 
 class Analyzer {
  public:
-  Analyzer(const Snapshot& s, const AnalysisOptions& o) : snap_(s), opt_(o) {
+  Analyzer(const Snapshot& s, const AnalysisOptions& o, const LiveObservation* live)
+      : snap_(s), opt_(o), live_(live) {
     d_.graph = build_wait_graph(s);
   }
 
@@ -58,6 +60,10 @@ class Analyzer {
     cycles();
     network_waits();
     shm_exhausted();
+    if (live_) {
+      process_killed();
+      memory_growth();
+    }
     finish();
     return std::move(d_);
   }
@@ -65,6 +71,7 @@ class Analyzer {
  private:
   const Snapshot& snap_;
   AnalysisOptions opt_;
+  const LiveObservation* live_;
   Diagnosis d_;
   std::set<int> strict_, lenient_;  // deadlocked: timed waits live / not live
   std::set<std::string> explained_objects_;
@@ -660,6 +667,151 @@ class Analyzer {
     d_.findings.push_back(std::move(f));
   }
 
+
+  // ---- process-killed ---------------------------------------------------------------
+  std::string process_label(int pid, const std::string& comm) const {
+    if (snap_.process(pid)) return thread_label(pid);
+    std::string role = pid == snap_.target_pid ? "main" : "process";
+    if (const ProcessInfo* p = snap_.process(snap_.target_pid)) {
+      for (int c : p->children)
+        if (c == pid) role = "worker";
+    }
+    if (live_) {
+      for (const auto& [fpid, m] : live_->meta)
+        if (fpid == pid && role == "process") role = "traced process";
+    }
+    return fmt::format("{} {} ({})", role, pid, comm);
+  }
+
+  void process_killed() {
+    for (const auto& d : live_->deaths) {
+      if (d.signal == 0 && !d.oom_victim) continue;
+      Finding f;
+      f.kind = "process-killed";
+      f.severity = Severity::Critical;
+      f.confidence = Confidence::Certain;
+      f.rank = 3;
+      add_unique(f.pids, d.pid);
+      const ProcessMeta* meta = nullptr;
+      if (auto it = live_->meta.find(d.pid); it != live_->meta.end()) meta = &it->second;
+      std::string who = process_label(d.pid, d.comm);
+      std::string cause;
+      nlohmann::json details;
+      details["pid"] = d.pid;
+      details["signal"] = d.oom_victim && d.signal == 0 ? 9 : d.signal;
+      details["sender_pid"] = nullptr;
+      details["cgroup"] = nullptr;
+      details["limit_bytes"] = nullptr;
+      auto shm_usage = live_->shm_usage.find(d.pid);
+      uint64_t shm_used = shm_usage != live_->shm_usage.end() ? shm_usage->second.first : snap_.shm.used_bytes;
+      uint64_t shm_size = shm_usage != live_->shm_usage.end() ? shm_usage->second.second : snap_.shm.size_bytes;
+      details["shm_used_bytes"] = shm_used;
+      details["shm_size_bytes"] = shm_size;
+      if (d.oom_victim) {
+        cause = "oom-killer";
+        std::string where = "the system";
+        if (meta && !meta->memory_cgroup.empty()) {
+          details["cgroup"] = meta->memory_cgroup;
+          where = fmt::format("memory cgroup {}", meta->memory_cgroup);
+          if (meta->memory_limit_bytes) {
+            details["limit_bytes"] = *meta->memory_limit_bytes;
+            where += fmt::format(" (limit {})", human_bytes(*meta->memory_limit_bytes));
+          }
+        }
+        uint64_t rss_kb = d.oom ? d.oom->anon_rss_kb + d.oom->file_rss_kb + d.oom->shmem_rss_kb : 0;
+        f.summary = fmt::format("{} was killed by the OOM killer in {}{}", who, where,
+                                rss_kb ? fmt::format(" with {} resident", human_bytes(rss_kb << 10)) : "");
+        if (d.oom)
+          f.evidence.push_back(fmt::format("oom:mark_victim: anon {} file {} shmem {}, oom_score_adj {}",
+                                           human_bytes(d.oom->anon_rss_kb << 10), human_bytes(d.oom->file_rss_kb << 10),
+                                           human_bytes(d.oom->shmem_rss_kb << 10), d.oom->oom_score_adj));
+        f.advice = {
+            "Find what grows: keep losses as loss.item() (or loss.detach()), not the tensor with its autograd graph; "
+            "don't accumulate outputs across steps.",
+            "Fewer DataLoader workers / smaller prefetch_factor (each worker holds its own copy of the dataset "
+            "state), or raise the memory limit of the job's cgroup/container.",
+        };
+      } else if (d.signal == 7 && (!d.shm_trouble.empty() ||
+                                   (shm_size && static_cast<double>(shm_used) / shm_size >= opt_.shm_full_ratio))) {
+        cause = "sigbus-shm";
+        f.summary = fmt::format("{} died of SIGBUS writing to a full /dev/shm ({} of {} used)", who,
+                                human_bytes(shm_used), human_bytes(shm_size));
+        for (const auto& t : d.shm_trouble)
+          f.evidence.push_back(fmt::format("/dev/shm {} {}{} by tid {}", shm_op_name(t.shm_op),
+                                           t.name.empty() ? "" : t.name + " ",
+                                           t.addr ? fmt::format("at {:#x}", t.addr) : "", t.tid));
+        f.advice = {
+            "Give the container a bigger /dev/shm: docker run --shm-size=16g (Kubernetes: an emptyDir with "
+            "medium: Memory at /dev/shm).",
+            "Or torch.multiprocessing.set_sharing_strategy('file_system'), fewer num_workers / a smaller "
+            "prefetch_factor, and don't keep batches alive longer than needed.",
+        };
+      } else {
+        cause = "signal";
+        std::string from;
+        if (d.fatal_signal && d.fatal_signal->sender_tgid && d.fatal_signal->sender_tgid != d.pid) {
+          details["sender_pid"] = d.fatal_signal->sender_tgid;
+          from = fmt::format(" sent by {} ({})", d.fatal_signal->sender_tgid, d.fatal_signal->sender_comm);
+        } else if (d.fatal_signal && d.fatal_signal->si_code == 0x80) {
+          from = " raised by the kernel (a fault in the process itself)";
+        }
+        f.summary = fmt::format("{} was killed by signal {}{}", who, strsignal(d.signal), from);
+        f.advice = {"Find out why the sender stopped it (its logs), or run the worker under a debugger / with "
+                    "faulthandler enabled to see where it faulted."};
+      }
+      details["cause"] = cause;
+      if (meta && !meta->cmdline.empty()) f.evidence.push_back("command: " + meta->cmdline);
+      if (d.fatal_signal)
+        f.evidence.push_back(fmt::format("signal {} generated by {} ({}), si_code {}", d.fatal_signal->sig,
+                                         d.fatal_signal->sender_tgid, d.fatal_signal->sender_comm,
+                                         d.fatal_signal->si_code));
+      f.details = details;
+      d_.findings.push_back(std::move(f));
+    }
+  }
+
+  // ---- memory-growth ------------------------------------------------------------------
+  void memory_growth() {
+    for (const auto& [pid, s] : live_->rss) {
+      if (s.samples < 2 || s.last_bytes <= s.first_bytes) continue;
+      uint64_t growth = s.last_bytes - s.first_bytes;
+      if (growth < opt_.memory_growth_min_bytes ||
+          growth < static_cast<uint64_t>(opt_.memory_growth_min_ratio * static_cast<double>(s.first_bytes)))
+        continue;
+      double secs = s.last_ts_ns > s.first_ts_ns ? (s.last_ts_ns - s.first_ts_ns) / 1e9 : 0;
+      double rate = secs > 0 ? growth / secs : 0;
+      Finding f;
+      f.kind = "memory-growth";
+      f.rank = 40;
+      f.confidence = Confidence::Certain;
+      f.severity = pid == snap_.target_pid ? Severity::Critical : Severity::Warning;
+      add_unique(f.pids, pid);
+      std::string who = process_label(pid, s.comm);
+      f.summary = fmt::format("{} grew its resident memory by {} in {:.1f} s ({}/s, {} -> {})", who,
+                              human_bytes(growth), secs, human_bytes(static_cast<uint64_t>(rate)),
+                              human_bytes(s.first_bytes), human_bytes(s.last_bytes));
+      const ProcessMeta* meta = nullptr;
+      if (auto it = live_->meta.find(pid); it != live_->meta.end()) meta = &it->second;
+      if (meta && meta->memory_limit_bytes && rate > 0 && *meta->memory_limit_bytes > s.last_bytes) {
+        double left = (*meta->memory_limit_bytes - s.last_bytes) / rate;
+        f.evidence.push_back(fmt::format("at this rate it reaches the cgroup limit of {} in {:.0f} s",
+                                         human_bytes(*meta->memory_limit_bytes), left));
+      }
+      f.evidence.push_back(fmt::format("{} RSS samples", s.samples));
+      f.details = {{"pid", pid},
+                   {"rss_start_bytes", s.first_bytes},
+                   {"rss_end_bytes", s.last_bytes},
+                   {"growth_bytes_per_s", rate}};
+      f.advice = {
+          "A training loop that keeps tensors with their autograd graph grows without bound: log "
+          "loss.item() (or loss.detach().cpu()), not loss; don't append outputs/losses to lists across steps.",
+          "Check for caches keyed by batch, and for DataLoader workers copying a large dataset object "
+          "(copy-on-read of Python objects).",
+      };
+      d_.findings.push_back(std::move(f));
+    }
+  }
+
   // ---- verdict --------------------------------------------------------------------------
   void finish() {
     std::stable_sort(d_.findings.begin(), d_.findings.end(), [](const Finding& a, const Finding& b) {
@@ -693,8 +845,8 @@ class Analyzer {
 
 }  // namespace
 
-Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options) {
-  return Analyzer(snapshot, options).run();
+Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options, const LiveObservation* live) {
+  return Analyzer(snapshot, options, live).run();
 }
 
 }  // namespace hangtrace

@@ -1,0 +1,144 @@
+// Live events: decoding the ring-buffer records (include/hangtrace/abi.h) and
+// aggregating them into what the report needs — per-thread timelines, deaths
+// and their causes, RSS series, who woke whom — in bounded memory.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hangtrace/result.h"
+
+namespace hangtrace {
+
+// A decoded record; which fields are meaningful depends on `type` (ht_event_type).
+struct TraceEvent {
+  uint32_t type = 0;
+  uint64_t ts_ns = 0;  // CLOCK_MONOTONIC
+  int tgid = 0, tid = 0;
+  std::string comm;
+  // process
+  int parent_tgid = 0, child_tgid = 0;
+  int exit_code = 0;  // raw: status << 8 | signal
+  bool group_exit = false;
+  // signal
+  int sig = 0, si_code = 0, sig_result = 0;
+  int sender_tgid = 0, sender_tid = 0;
+  std::string sender_comm;
+  // oom
+  uint64_t total_vm_kb = 0, anon_rss_kb = 0, file_rss_kb = 0, shmem_rss_kb = 0;
+  int oom_score_adj = 0;
+  uint64_t memcg_id = 0;
+  // futex / syscall
+  uint64_t uaddr = 0;
+  uint32_t op = 0;
+  int64_t ret = 0;
+  uint64_t duration_ns = 0, timeout_ns = 0;
+  int32_t kstack_id = -1, ustack_id = -1;
+  int64_t nr = -1;
+  int fd = -1;
+  uint32_t obj_kind = 0;
+  uint64_t obj_inode = 0;
+  // shm
+  uint32_t shm_op = 0;
+  uint64_t inode = 0, size = 0, addr = 0;
+  std::string name;
+  // tcp
+  std::string local, remote;
+  int old_state = 0, new_state = 0;
+  // rss
+  uint64_t rss_bytes = 0, anon_bytes = 0;
+  // wakeup
+  int waker_tgid = 0, waker_tid = 0;
+  std::string waker_comm;
+};
+
+const char* event_type_name(uint32_t type);
+const char* shm_op_name(uint32_t op);
+const char* tcp_state_name(int state);
+
+// Validates size and type; an unknown type is an error the caller may skip.
+Result<TraceEvent> decode_event(const void* data, size_t size);
+
+// What userspace learned about a process while it was alive (its cgroup can
+// no longer be read once the OOM killer took it).
+struct ProcessMeta {
+  int pid = 0;
+  std::string comm, cmdline;
+  std::string memory_cgroup;                // path under the memory controller
+  std::optional<uint64_t> memory_limit_bytes;
+};
+
+struct BlockedInterval {
+  uint64_t start_ns = 0, end_ns = 0;
+  std::string what;   // "futex 0x7f..40", "read pipe:[123]"
+};
+
+struct ProcessDeath {
+  int pid = 0;
+  std::string comm;
+  uint64_t ts_ns = 0;
+  int exit_code = 0;        // raw status
+  int signal = 0;           // 0 for a normal exit
+  bool oom_victim = false;
+  std::optional<TraceEvent> oom;
+  std::optional<TraceEvent> fatal_signal;   // the signal_generate that killed it
+  std::vector<TraceEvent> shm_trouble;      // ENOSPC, faults, SIGBUS just before
+};
+
+struct RssSeries {
+  int pid = 0;
+  std::string comm;
+  uint64_t first_ts_ns = 0, last_ts_ns = 0;
+  uint64_t first_bytes = 0, last_bytes = 0, max_bytes = 0;
+  size_t samples = 0;
+};
+
+struct LiveHook {
+  std::string concern, program, attach;
+  bool active = false;
+  std::string reason;
+};
+
+struct LiveObservation {
+  double duration_s = 0;
+  uint64_t start_ns = 0, end_ns = 0;
+  uint64_t events = 0, dropped = 0, undecodable = 0;
+  std::vector<LiveHook> hooks;
+  std::vector<ProcessDeath> deaths;
+  std::map<int, RssSeries> rss;                       // by pid
+  std::map<int, std::deque<BlockedInterval>> blocked;  // by tid, the most recent
+  std::map<int, TraceEvent> last_waker;                // by wakee tid
+  std::vector<TraceEvent> tcp;                         // state changes, retransmits (bounded)
+  std::vector<TraceEvent> shm;                         // shm activity (bounded)
+  std::map<int, ProcessMeta> meta;                     // by pid
+  std::vector<int> forked;                             // processes that appeared while tracing
+  // /dev/shm {used, size} bytes sampled when a process hit ENOSPC or SIGBUS on it.
+  std::map<int, std::pair<uint64_t, uint64_t>> shm_usage;
+};
+
+class Aggregator {
+ public:
+  explicit Aggregator(size_t per_thread_intervals = 64, size_t max_list = 4096)
+      : per_thread_(per_thread_intervals), max_list_(max_list) {}
+  void add(const TraceEvent& e);
+  void set_meta(const ProcessMeta& m) { obs_.meta[m.pid] = m; }
+  void note_shm_usage(int pid, uint64_t used, uint64_t size) { obs_.shm_usage[pid] = {used, size}; }
+  const ProcessMeta* meta(int pid) const;
+  LiveObservation& observation() { return obs_; }
+  // Closes the window: duration, counters.
+  LiveObservation finish(uint64_t start_ns, uint64_t end_ns, uint64_t events, uint64_t dropped);
+
+ private:
+  ProcessDeath& death_of(int pid);
+  size_t per_thread_, max_list_;
+  LiveObservation obs_;
+  std::map<int, TraceEvent> pending_signal_;  // last fatal signal per tgid
+  std::map<int, TraceEvent> pending_oom_;
+  std::map<int, std::vector<TraceEvent>> recent_shm_;  // per tgid, last few
+};
+
+}  // namespace hangtrace

@@ -1,0 +1,248 @@
+// Ring-buffer record decoding, aggregation, and the live finding rules, fed
+// with records laid out exactly as the BPF programs write them (abi.h).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "hangtrace/abi.h"
+#include "hangtrace/analysis.h"
+#include "hangtrace/live.h"
+#include "hangtrace/report.h"
+
+namespace hangtrace {
+namespace {
+
+template <class T>
+T record(uint32_t type, uint32_t tgid, uint32_t tid, uint64_t ts, const char* comm) {
+  T r;
+  std::memset(&r, 0, sizeof r);
+  r.hdr.type = type;
+  r.hdr.size = sizeof r;
+  r.hdr.ts_ns = ts;
+  r.hdr.tgid = tgid;
+  r.hdr.tid = tid;
+  std::strncpy(r.hdr.comm, comm, sizeof r.hdr.comm);
+  return r;
+}
+
+template <class T>
+TraceEvent decoded(const T& r) {
+  auto e = decode_event(&r, sizeof r);
+  EXPECT_TRUE(e.ok()) << e.error();
+  return e.ok() ? *e : TraceEvent{};
+}
+
+TEST(LiveDecode, EveryRecordTypeRoundTrips) {
+  auto exit = record<ht_proc_event>(HT_EV_PROC_EXIT, 10, 10, 5, "worker");
+  exit.exit_code = 7 << 8;
+  exit.flags = 1;
+  TraceEvent e = decoded(exit);
+  EXPECT_EQ(e.type, static_cast<uint32_t>(HT_EV_PROC_EXIT));
+  EXPECT_EQ(e.tgid, 10);
+  EXPECT_EQ(e.comm, "worker");
+  EXPECT_EQ(e.exit_code, 7 << 8);
+  EXPECT_TRUE(e.group_exit);
+
+  auto sig = record<ht_signal_event>(HT_EV_SIGNAL, 10, 11, 6, "worker");
+  sig.sig = 7;
+  sig.code = 2;
+  sig.sender_tgid = 10;
+  std::strncpy(sig.sender_comm, "worker", sizeof sig.sender_comm);
+  e = decoded(sig);
+  EXPECT_EQ(e.sig, 7);
+  EXPECT_EQ(e.si_code, 2);
+  EXPECT_EQ(e.sender_comm, "worker");
+
+  auto tcp = record<ht_tcp_event>(HT_EV_TCP_STATE, 10, 10, 7, "w");
+  tcp.family = 2;  // AF_INET
+  tcp.sport = 40000;
+  tcp.dport = 5000;
+  uint8_t lo[4] = {127, 0, 0, 1};
+  std::memcpy(tcp.saddr, lo, 4);
+  std::memcpy(tcp.daddr, lo, 4);
+  tcp.oldstate = 2;
+  tcp.newstate = 1;
+  e = decoded(tcp);
+  EXPECT_EQ(e.local, "127.0.0.1:40000");
+  EXPECT_EQ(e.remote, "127.0.0.1:5000");
+  EXPECT_STREQ(tcp_state_name(e.new_state), "ESTABLISHED");
+
+  auto shm = record<ht_shm_event>(HT_EV_SHM, 10, 10, 8, "w");
+  shm.op = HT_SHM_ENOSPC;
+  shm.ret = -28;
+  std::strncpy(shm.name, "torch_1_2", sizeof shm.name);
+  e = decoded(shm);
+  EXPECT_EQ(e.name, "torch_1_2");
+  EXPECT_STREQ(shm_op_name(e.shm_op), "ENOSPC");
+
+  auto futex = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 10, 12, 9, "w");
+  futex.uaddr = 0x1000;
+  futex.duration_ns = 1'000'000;
+  e = decoded(futex);
+  EXPECT_EQ(e.uaddr, 0x1000u);
+  EXPECT_EQ(e.duration_ns, 1'000'000u);
+}
+
+TEST(LiveDecode, ShortOrUnknownRecordsAreErrors) {
+  auto futex = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 1, 1, 1, "x");
+  EXPECT_FALSE(decode_event(&futex, sizeof(ht_event_header) + 4).ok());
+  EXPECT_FALSE(decode_event(&futex, 3).ok());
+  futex.hdr.type = 999;
+  EXPECT_FALSE(decode_event(&futex, sizeof futex).ok());
+  futex.hdr.type = HT_EV_FUTEX_WAIT;
+  futex.hdr.size = sizeof futex + 100;  // claims more than it has
+  EXPECT_FALSE(decode_event(&futex, sizeof futex).ok());
+}
+
+Snapshot job_snapshot() {
+  Snapshot s;
+  s.target_pid = 100;
+  ProcessInfo p;
+  p.pid = 100;
+  p.comm = "python3";
+  p.state = 'S';
+  p.children = {200, 201};
+  ThreadInfo t;
+  t.tid = 100;
+  t.state = 'R';
+  t.syscall.mode = SyscallState::Mode::Running;
+  p.threads.push_back(t);
+  s.processes.push_back(p);
+  return s;
+}
+
+const Finding* find_kind(const Diagnosis& d, const std::string& kind) {
+  for (const auto& f : d.findings)
+    if (f.kind == kind) return &f;
+  return nullptr;
+}
+
+TEST(LiveRules, OomKillNamesVictimCgroupAndLimit) {
+  Aggregator agg;
+  ProcessMeta m;
+  m.pid = 200;
+  m.comm = "python3";
+  m.memory_cgroup = "/hangtrace-scn-1";
+  m.memory_limit_bytes = 512ull << 20;
+  agg.set_meta(m);
+  auto oom = record<ht_oom_event>(HT_EV_OOM_VICTIM, 200, 200, 10, "python3");
+  oom.anon_rss_kb = 500 * 1024;
+  agg.add(decoded(oom));
+  auto kill = record<ht_signal_event>(HT_EV_SIGNAL, 200, 200, 11, "python3");
+  kill.sig = 9;
+  kill.code = 0x80;
+  agg.add(decoded(kill));
+  auto exit = record<ht_proc_event>(HT_EV_PROC_EXIT, 200, 200, 12, "python3");
+  exit.exit_code = 9;
+  exit.flags = 1;
+  agg.add(decoded(exit));
+  LiveObservation live = agg.finish(0, 2'000'000'000, 3, 0);
+  ASSERT_EQ(live.deaths.size(), 1u);
+  EXPECT_TRUE(live.deaths[0].oom_victim);
+
+  Snapshot s = job_snapshot();
+  Diagnosis d = diagnose(s, {}, &live);
+  const Finding* f = find_kind(d, "process-killed");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->details["cause"], "oom-killer");
+  EXPECT_EQ(f->details["pid"], 200);
+  EXPECT_EQ(f->details["cgroup"], "/hangtrace-scn-1");
+  EXPECT_EQ(f->details["limit_bytes"], 512ull << 20);
+  EXPECT_NE(f->summary.find("worker 200"), std::string::npos) << f->summary;
+  EXPECT_EQ(exit_status_for(d), 2);
+  nlohmann::json j = render_json(s, d, &live);
+  EXPECT_EQ(j["live"]["events"], 3);
+  EXPECT_EQ(j["live"]["exits"][0]["oom_victim"], true);
+}
+
+TEST(LiveRules, SigbusAfterShmTroubleIsTracedToTheFullTmpfs) {
+  Aggregator agg;
+  auto fault = record<ht_shm_event>(HT_EV_SHM, 201, 201, 10, "python3");
+  fault.op = HT_SHM_SIGBUS;
+  fault.addr = 0x7f0000000000;
+  agg.add(decoded(fault));
+  auto bus = record<ht_signal_event>(HT_EV_SIGNAL, 201, 201, 11, "python3");
+  bus.sig = 7;
+  bus.code = 2;
+  bus.sender_tgid = 201;
+  agg.add(decoded(bus));
+  auto exit = record<ht_proc_event>(HT_EV_PROC_EXIT, 201, 201, 12, "python3");
+  exit.exit_code = 7;
+  exit.flags = 1;
+  agg.add(decoded(exit));
+  agg.note_shm_usage(201, 63ull << 20, 64ull << 20);
+  LiveObservation live = agg.finish(0, 1, 3, 0);
+  Diagnosis d = diagnose(job_snapshot(), {}, &live);
+  const Finding* f = find_kind(d, "process-killed");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->details["cause"], "sigbus-shm");
+  EXPECT_EQ(f->details["signal"], 7);
+  EXPECT_EQ(f->details["shm_size_bytes"], 64ull << 20);
+  EXPECT_NE(f->summary.find("SIGBUS"), std::string::npos);
+}
+
+TEST(LiveRules, SignalFromAnotherProcessNamesTheSender) {
+  Aggregator agg;
+  auto term = record<ht_signal_event>(HT_EV_SIGNAL, 200, 200, 10, "python3");
+  term.sig = 15;
+  term.sender_tgid = 4242;
+  std::strncpy(term.sender_comm, "killer", sizeof term.sender_comm);
+  agg.add(decoded(term));
+  auto exit = record<ht_proc_event>(HT_EV_PROC_EXIT, 200, 200, 11, "python3");
+  exit.exit_code = 15;
+  exit.flags = 1;
+  agg.add(decoded(exit));
+  // A clean exit of another worker is not a finding.
+  auto clean = record<ht_proc_event>(HT_EV_PROC_EXIT, 201, 201, 11, "python3");
+  clean.flags = 1;
+  agg.add(decoded(clean));
+  LiveObservation live = agg.finish(0, 1, 3, 0);
+  Diagnosis d = diagnose(job_snapshot(), {}, &live);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_EQ(d.findings[0].details["cause"], "signal");
+  EXPECT_EQ(d.findings[0].details["sender_pid"], 4242);
+  EXPECT_NE(d.findings[0].summary.find("killer"), std::string::npos);
+}
+
+TEST(LiveRules, MemoryGrowthNeedsRealGrowth) {
+  Aggregator agg;
+  for (int i = 0; i < 6; ++i) {
+    auto rss = record<ht_rss_event>(HT_EV_RSS, 100, 100, 1'000'000'000ull * i, "python3");
+    rss.rss_bytes = (200ull + 100ull * i) << 20;  // 200 MiB -> 700 MiB in 5 s
+    agg.add(decoded(rss));
+  }
+  LiveObservation live = agg.finish(0, 5'000'000'000ull, 6, 0);
+  Diagnosis d = diagnose(job_snapshot(), {}, &live);
+  const Finding* f = find_kind(d, "memory-growth");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->details["pid"], 100);
+  EXPECT_NEAR(f->details["growth_bytes_per_s"].get<double>(), 100.0 * (1 << 20), 1.0);
+  EXPECT_EQ(f->severity, Severity::Critical);  // the main process itself
+
+  Aggregator flat;
+  for (int i = 0; i < 6; ++i) {
+    auto rss = record<ht_rss_event>(HT_EV_RSS, 100, 100, 1'000'000'000ull * i, "python3");
+    rss.rss_bytes = (400ull + (i % 2) * 64) << 20;  // oscillates
+    flat.add(decoded(rss));
+  }
+  LiveObservation steady = flat.finish(0, 5'000'000'000ull, 6, 0);
+  EXPECT_EQ(find_kind(diagnose(job_snapshot(), {}, &steady), "memory-growth"), nullptr);
+}
+
+TEST(LiveAggregate, MemoryStaysBounded) {
+  Aggregator agg(/*per_thread_intervals=*/8, /*max_list=*/16);
+  for (int i = 0; i < 10000; ++i) {
+    auto w = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 1, 1 + i % 4, i, "x");
+    w.duration_ns = 10;
+    agg.add(decoded(w));
+    auto t = record<ht_tcp_event>(HT_EV_TCP_STATE, 1, 1, i, "x");
+    agg.add(decoded(t));
+  }
+  LiveObservation o = agg.finish(0, 1, 20000, 0);
+  EXPECT_EQ(o.blocked.size(), 4u);
+  for (const auto& [tid, q] : o.blocked) EXPECT_EQ(q.size(), 8u);
+  EXPECT_EQ(o.tcp.size(), 16u);
+}
+
+}  // namespace
+}  // namespace hangtrace

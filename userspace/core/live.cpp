@@ -1,0 +1,307 @@
+#include "hangtrace/live.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "hangtrace/abi.h"
+
+namespace hangtrace {
+
+const char* event_type_name(uint32_t type) {
+  switch (type) {
+    case HT_EV_PROC_FORK: return "fork";
+    case HT_EV_PROC_EXEC: return "exec";
+    case HT_EV_PROC_EXIT: return "exit";
+    case HT_EV_SIGNAL: return "signal";
+    case HT_EV_OOM_VICTIM: return "oom-victim";
+    case HT_EV_FUTEX_WAIT: return "futex-wait";
+    case HT_EV_FUTEX_WAKE: return "futex-wake";
+    case HT_EV_SYSCALL_BLOCK: return "syscall-block";
+    case HT_EV_SHM: return "shm";
+    case HT_EV_TCP_STATE: return "tcp-state";
+    case HT_EV_TCP_RETRANSMIT: return "tcp-retransmit";
+    case HT_EV_RSS: return "rss";
+    case HT_EV_WAKEUP: return "wakeup";
+    default: return "unknown";
+  }
+}
+
+const char* shm_op_name(uint32_t op) {
+  switch (op) {
+    case HT_SHM_CREATE: return "create";
+    case HT_SHM_TRUNCATE: return "truncate";
+    case HT_SHM_FALLOCATE: return "fallocate";
+    case HT_SHM_MMAP: return "mmap";
+    case HT_SHM_UNLINK: return "unlink";
+    case HT_SHM_ENOSPC: return "ENOSPC";
+    case HT_SHM_FAULT: return "fault";
+    case HT_SHM_SIGBUS: return "SIGBUS";
+    default: return "unknown";
+  }
+}
+
+const char* tcp_state_name(int state) {
+  static const char* names[] = {"?",         "ESTABLISHED", "SYN_SENT",   "SYN_RECV",  "FIN_WAIT1",
+                                "FIN_WAIT2", "TIME_WAIT",   "CLOSE",      "CLOSE_WAIT", "LAST_ACK",
+                                "LISTEN",    "CLOSING",     "NEW_SYN_RECV"};
+  return state >= 0 && state < static_cast<int>(std::size(names)) ? names[state] : "?";
+}
+
+namespace {
+
+template <class T>
+bool read_record(const void* data, size_t size, T* out) {
+  if (size < sizeof(T)) return false;
+  std::memcpy(out, data, sizeof(T));
+  return true;
+}
+
+std::string comm_of(const char* c) { return std::string(c, strnlen(c, HT_COMM_LEN)); }
+
+std::string endpoint(uint16_t family, const uint8_t* addr, uint16_t port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (family == AF_INET) {
+    inet_ntop(AF_INET, addr, buf, sizeof buf);
+    return fmt::format("{}:{}", buf, port);
+  }
+  inet_ntop(AF_INET6, addr, buf, sizeof buf);
+  return fmt::format("[{}]:{}", buf, port);
+}
+
+}  // namespace
+
+Result<TraceEvent> decode_event(const void* data, size_t size) {
+  ht_event_header h{};
+  if (!read_record(data, size, &h)) return make_error(fmt::format("record of {} bytes is too short", size));
+  if (h.size > size) return make_error(fmt::format("record claims {} bytes, has {}", h.size, size));
+  TraceEvent e;
+  e.type = h.type;
+  e.ts_ns = h.ts_ns;
+  e.tgid = static_cast<int>(h.tgid);
+  e.tid = static_cast<int>(h.tid);
+  e.comm = comm_of(h.comm);
+  auto too_short = [&] { return make_error(fmt::format("{} record of {} bytes is too short", event_type_name(h.type), size)); };
+  switch (h.type) {
+    case HT_EV_PROC_FORK:
+    case HT_EV_PROC_EXEC:
+    case HT_EV_PROC_EXIT: {
+      ht_proc_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.parent_tgid = static_cast<int>(r.parent_tgid);
+      e.child_tgid = static_cast<int>(r.child_tgid);
+      e.exit_code = r.exit_code;
+      e.group_exit = r.flags & 1;
+      break;
+    }
+    case HT_EV_SIGNAL: {
+      ht_signal_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.sig = static_cast<int>(r.sig);
+      e.si_code = r.code;
+      e.sig_result = r.result;
+      e.sender_tgid = static_cast<int>(r.sender_tgid);
+      e.sender_tid = static_cast<int>(r.sender_tid);
+      e.sender_comm = comm_of(r.sender_comm);
+      break;
+    }
+    case HT_EV_OOM_VICTIM: {
+      ht_oom_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.total_vm_kb = r.total_vm_kb;
+      e.anon_rss_kb = r.anon_rss_kb;
+      e.file_rss_kb = r.file_rss_kb;
+      e.shmem_rss_kb = r.shmem_rss_kb;
+      e.oom_score_adj = r.oom_score_adj;
+      e.memcg_id = r.memcg_id;
+      break;
+    }
+    case HT_EV_FUTEX_WAIT:
+    case HT_EV_FUTEX_WAKE: {
+      ht_futex_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.uaddr = r.uaddr;
+      e.op = r.op;
+      e.ret = r.ret;
+      e.duration_ns = r.duration_ns;
+      e.timeout_ns = r.timeout_ns;
+      e.kstack_id = r.kstack_id;
+      e.ustack_id = r.ustack_id;
+      break;
+    }
+    case HT_EV_SYSCALL_BLOCK: {
+      ht_syscall_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.nr = r.nr;
+      e.ret = r.ret;
+      e.duration_ns = r.duration_ns;
+      e.fd = r.fd;
+      e.obj_kind = r.obj_kind;
+      e.obj_inode = r.obj_inode;
+      e.kstack_id = r.kstack_id;
+      e.ustack_id = r.ustack_id;
+      break;
+    }
+    case HT_EV_SHM: {
+      ht_shm_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.shm_op = r.op;
+      e.ret = r.ret;
+      e.inode = r.inode;
+      e.size = r.size;
+      e.addr = r.addr;
+      e.name = std::string(r.name, strnlen(r.name, sizeof r.name));
+      break;
+    }
+    case HT_EV_TCP_STATE:
+    case HT_EV_TCP_RETRANSMIT: {
+      ht_tcp_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.local = endpoint(r.family, r.saddr, r.sport);
+      e.remote = endpoint(r.family, r.daddr, r.dport);
+      e.old_state = r.oldstate;
+      e.new_state = r.newstate;
+      break;
+    }
+    case HT_EV_RSS: {
+      ht_rss_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.rss_bytes = r.rss_bytes;
+      e.anon_bytes = r.anon_bytes;
+      break;
+    }
+    case HT_EV_WAKEUP: {
+      ht_wakeup_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.waker_tgid = static_cast<int>(r.waker_tgid);
+      e.waker_tid = static_cast<int>(r.waker_tid);
+      e.waker_comm = comm_of(r.waker_comm);
+      break;
+    }
+    default:
+      return make_error(fmt::format("unknown record type {}", h.type));
+  }
+  return e;
+}
+
+// ---- aggregation ----------------------------------------------------------------
+
+const ProcessMeta* Aggregator::meta(int pid) const {
+  auto it = obs_.meta.find(pid);
+  return it == obs_.meta.end() ? nullptr : &it->second;
+}
+
+ProcessDeath& Aggregator::death_of(int pid) {
+  for (auto& d : obs_.deaths)
+    if (d.pid == pid) return d;
+  obs_.deaths.push_back({});
+  obs_.deaths.back().pid = pid;
+  return obs_.deaths.back();
+}
+
+void Aggregator::add(const TraceEvent& e) {
+  auto bounded_push = [&](std::vector<TraceEvent>& v) {
+    if (v.size() < max_list_) v.push_back(e);
+  };
+  switch (e.type) {
+    case HT_EV_PROC_FORK:
+      if (e.child_tgid && obs_.forked.size() < max_list_) obs_.forked.push_back(e.child_tgid);
+      break;
+    case HT_EV_SIGNAL:
+      // SIGKILL, SIGBUS, SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGQUIT, SIGFPE, SIGILL:
+      // the ones that end a worker; remember the last one per process.
+      if (e.sig == 9 || e.sig == 7 || e.sig == 11 || e.sig == 6 || e.sig == 15 || e.sig == 2 || e.sig == 3 ||
+          e.sig == 8 || e.sig == 4)
+        pending_signal_[e.tgid] = e;
+      break;
+    case HT_EV_OOM_VICTIM:
+      pending_oom_[e.tgid] = e;
+      break;
+    case HT_EV_SHM: {
+      bounded_push(obs_.shm);
+      auto& recent = recent_shm_[e.tgid];
+      if (e.shm_op == HT_SHM_ENOSPC || e.shm_op == HT_SHM_SIGBUS || e.shm_op == HT_SHM_FAULT) {
+        recent.push_back(e);
+        if (recent.size() > 8) recent.erase(recent.begin());
+      }
+      break;
+    }
+    case HT_EV_PROC_EXIT: {
+      if (!e.group_exit && e.tid != e.tgid) break;
+      ProcessDeath& d = death_of(e.tgid);
+      d.comm = e.comm;
+      d.ts_ns = e.ts_ns;
+      d.exit_code = e.exit_code;
+      d.signal = e.exit_code & 0x7f;
+      if (auto it = pending_oom_.find(e.tgid); it != pending_oom_.end()) {
+        d.oom_victim = true;
+        d.oom = it->second;
+      }
+      if (auto it = pending_signal_.find(e.tgid); it != pending_signal_.end()) d.fatal_signal = it->second;
+      if (auto it = recent_shm_.find(e.tgid); it != recent_shm_.end()) d.shm_trouble = it->second;
+      break;
+    }
+    case HT_EV_RSS: {
+      RssSeries& s = obs_.rss[e.tgid];
+      if (s.samples == 0) {
+        s.pid = e.tgid;
+        s.first_ts_ns = e.ts_ns;
+        s.first_bytes = e.rss_bytes;
+      }
+      s.comm = e.comm;
+      s.last_ts_ns = e.ts_ns;
+      s.last_bytes = e.rss_bytes;
+      s.max_bytes = std::max(s.max_bytes, e.rss_bytes);
+      ++s.samples;
+      break;
+    }
+    case HT_EV_FUTEX_WAIT:
+    case HT_EV_SYSCALL_BLOCK: {
+      auto& q = obs_.blocked[e.tid];
+      BlockedInterval b;
+      b.end_ns = e.ts_ns;
+      b.start_ns = e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0;
+      b.what = e.type == HT_EV_FUTEX_WAIT ? fmt::format("futex {:#x}", e.uaddr)
+                                          : fmt::format("syscall {} fd {}", e.nr, e.fd);
+      q.push_back(std::move(b));
+      if (q.size() > per_thread_) q.pop_front();
+      break;
+    }
+    case HT_EV_WAKEUP:
+      obs_.last_waker[e.tid] = e;
+      break;
+    case HT_EV_TCP_STATE:
+    case HT_EV_TCP_RETRANSMIT:
+      bounded_push(obs_.tcp);
+      break;
+    default:
+      break;
+  }
+}
+
+LiveObservation Aggregator::finish(uint64_t start_ns, uint64_t end_ns, uint64_t events, uint64_t dropped) {
+  // An OOM kill or a fatal signal whose exit we never saw (the window closed
+  // first) still counts.
+  for (const auto& [pid, oom] : pending_oom_) {
+    ProcessDeath& d = death_of(pid);
+    if (!d.ts_ns) {
+      d.comm = oom.comm;
+      d.ts_ns = oom.ts_ns;
+      d.signal = 9;
+    }
+    d.oom_victim = true;
+    d.oom = oom;
+  }
+  obs_.start_ns = start_ns;
+  obs_.end_ns = end_ns;
+  obs_.duration_s = end_ns > start_ns ? static_cast<double>(end_ns - start_ns) / 1e9 : 0;
+  obs_.events = events;
+  obs_.dropped = dropped;
+  return obs_;
+}
+
+}  // namespace hangtrace
