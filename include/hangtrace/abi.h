@@ -56,4 +56,173 @@ struct ht_task_record {
   char comm[HT_COMM_LEN];      /* task->comm */
 };
 
+/* ===== Live tracing: records streamed through the BPF ring buffer ===========
+ * Every record starts with struct ht_event_header; `size` is the whole
+ * record's size so readers can skip types they do not know. Times are
+ * bpf_ktime_get_ns() (CLOCK_MONOTONIC, ns).
+ */
+enum ht_event_type {
+  HT_EV_PROC_FORK = 1,       /* struct ht_proc_event: a traced process forked */
+  HT_EV_PROC_EXEC = 2,       /* struct ht_proc_event */
+  HT_EV_PROC_EXIT = 3,       /* struct ht_proc_event: a traced process (leader) exited */
+  HT_EV_SIGNAL = 4,          /* struct ht_signal_event: fatal/notable signal to a traced task */
+  HT_EV_OOM_VICTIM = 5,      /* struct ht_oom_event: oom:mark_victim on a traced task */
+  HT_EV_FUTEX_WAIT = 6,      /* struct ht_futex_event: a futex wait that ended (>= threshold) */
+  HT_EV_FUTEX_WAKE = 7,      /* struct ht_futex_event: a wake that woke >= 1 waiter */
+  HT_EV_SYSCALL_BLOCK = 8,   /* struct ht_syscall_event: a blocking syscall longer than threshold */
+  HT_EV_SHM = 9,             /* struct ht_shm_event: /dev/shm (tmpfs) create/truncate/.../ENOSPC */
+  HT_EV_TCP_STATE = 10,      /* struct ht_tcp_event */
+  HT_EV_TCP_RETRANSMIT = 11, /* struct ht_tcp_event */
+  HT_EV_RSS = 12,            /* struct ht_rss_event: RSS moved by >= rss_step_bytes */
+  HT_EV_WAKEUP = 13,         /* struct ht_wakeup_event: waker -> wakee of a traced task (sampled) */
+};
+
+/* Indexes into the per-CPU `counters` map. */
+enum ht_counter {
+  HT_CNT_EVENTS = 0,       /* records submitted */
+  HT_CNT_DROPPED = 1,      /* bpf_ringbuf_reserve failed: ring buffer full */
+  HT_CNT_TRACED_ADDED = 2, /* tgids added to traced_tgids by fork following */
+  HT_CNT_MAX = 8,
+};
+
+struct ht_event_header {
+  __u32 type;  /* enum ht_event_type */
+  __u32 size;  /* bytes of the whole record */
+  __u64 ts_ns; /* bpf_ktime_get_ns() */
+  __u32 tgid;  /* the task the event is about */
+  __u32 tid;
+  char comm[HT_COMM_LEN];
+};
+
+struct ht_proc_event {
+  struct ht_event_header hdr;
+  __u32 parent_tgid; /* fork: the parent; exit: real_parent */
+  __u32 child_tgid;  /* fork: the new process (0 for a new thread) */
+  __s32 exit_code;   /* exit: task->exit_code (status << 8 | signal) */
+  __u32 flags;       /* exit: 1 = whole process (group leader and last thread) */
+};
+
+struct ht_signal_event {
+  struct ht_event_header hdr; /* the receiver */
+  __u32 sig;
+  __s32 code;        /* si_code (SI_USER=0, SI_KERNEL=0x80, BUS_ADRERR=2, ...) */
+  __s32 result;      /* signal_generate's result (0 delivered, 1 ignored, ...) */
+  __u32 sender_tgid; /* the task generating it (current) */
+  __u32 sender_tid;
+  __u32 pad;
+  char sender_comm[HT_COMM_LEN];
+};
+
+struct ht_oom_event {
+  struct ht_event_header hdr; /* the victim */
+  __u64 total_vm_kb;
+  __u64 anon_rss_kb;
+  __u64 file_rss_kb;
+  __u64 shmem_rss_kb;
+  __u32 uid;
+  __s32 oom_score_adj;
+  __u64 memcg_id; /* the victim's memory cgroup (kernfs id = the cgroup directory's inode), 0 if none */
+  __u64 memcg_limit_pages; /* that cgroup's memory limit (page_counter max), in pages; 0 if unknown */
+};
+
+struct ht_futex_event {
+  struct ht_event_header hdr;
+  __u64 uaddr;
+  __u32 op;          /* futex op word as passed */
+  __s32 ret;         /* syscall return: 0, -ETIMEDOUT, -EAGAIN, or #woken for wakes */
+  __u64 duration_ns; /* wait: enter -> exit; wake: 0 */
+  __u64 timeout_ns;  /* 0 when none / unknown */
+  __s32 kstack_id;   /* stack map ids (kernel, user) taken when the task first slept in the
+                        call; -errno if none (-ENOENT: it never slept) */
+  __s32 ustack_id;
+};
+
+/*
+ * ht_futex_event.op for the two syscalls that take no futex(2) op word (bits
+ * no futex(2) op uses): futex_waitv is HT_FUTEX_OP_WAITV | flags (uaddr: the
+ * first waiter's), futex_wait(2) is HT_FUTEX_OP_WAIT2 | flags (FUTEX2_*).
+ * Both take absolute timeouts, as do FUTEX_WAIT_BITSET, LOCK_PI(2) and
+ * WAIT_REQUEUE_PI; timeout_ns is then the raw absolute value.
+ */
+#define HT_FUTEX_OP_WAITV 0x80000000u
+#define HT_FUTEX_OP_WAIT2 0x40000000u
+
+struct ht_syscall_event {
+  struct ht_event_header hdr;
+  __s64 nr; /* x86_64 syscall number */
+  __s64 ret;
+  __u64 duration_ns;
+  __s32 fd;        /* the fd argument, -1 if none */
+  __u32 obj_kind;  /* 0 unknown, 1 pipe, 2 socket, 3 file, 4 anon */
+  __u64 obj_inode; /* inode of the fd's file, 0 if unknown */
+  __u64 args[3];   /* first three raw arguments */
+  __s32 kstack_id; /* as in ht_futex_event */
+  __s32 ustack_id;
+};
+
+/* ht_shm_event.op */
+enum ht_shm_op {
+  HT_SHM_CREATE = 1,
+  HT_SHM_TRUNCATE = 2,
+  HT_SHM_FALLOCATE = 3,
+  HT_SHM_MMAP = 4,
+  HT_SHM_UNLINK = 5,
+  HT_SHM_ENOSPC = 6,
+  HT_SHM_FAULT = 7,
+  HT_SHM_SIGBUS = 8,
+};
+
+struct ht_shm_event {
+  struct ht_event_header hdr;
+  __u32 op; /* enum ht_shm_op */
+  __s32 ret;
+  __u64 inode;
+  __u64 size;    /* truncate/fallocate length, mmap length */
+  __u64 addr;    /* fault address / mmap address */
+  char name[64]; /* file name when known */
+};
+
+struct ht_tcp_event {
+  struct ht_event_header hdr;
+  __u16 family; /* AF_INET / AF_INET6 */
+  __u16 sport;  /* host order */
+  __u16 dport;
+  __u16 pad;
+  __u8 saddr[16];
+  __u8 daddr[16];
+  __s32 oldstate; /* TCP_* */
+  __s32 newstate;
+  __u64 sock_cookie; /* bpf_get_socket_cookie when available, else 0 */
+};
+
+struct ht_rss_event {
+  struct ht_event_header hdr;
+  __u64 rss_bytes; /* anon + file + shmem pages of the mm, bytes */
+  __u64 anon_bytes;
+};
+
+struct ht_wakeup_event {
+  struct ht_event_header hdr; /* the wakee */
+  __u32 waker_tgid;
+  __u32 waker_tid;
+  char waker_comm[HT_COMM_LEN];
+};
+
+/* The sched concern's in-kernel `wakeups` map (bpf/sched.bpf.c): how often
+ * waker woke a traced wakee (sched_waking). */
+struct ht_wakeup_key {
+  __u32 waker_tgid;
+  __u32 waker_tid;
+  __u32 wakee_tid;
+};
+
+struct ht_wakeup_count {
+  __u64 count;
+  __u64 last_ts_ns;   /* bpf_ktime_get_ns() of the latest wakeup */
+  __u64 last_emit_ns; /* the latest HT_EV_WAKEUP sent for this pair (rate limit) */
+  __u32 wakee_tgid;
+  __u32 pad;
+  char waker_comm[HT_COMM_LEN];
+};
+
 #endif /* HANGTRACE_ABI_H */
