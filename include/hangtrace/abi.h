@@ -132,8 +132,8 @@ struct ht_futex_event {
   __s32 ret;         /* syscall return: 0, -ETIMEDOUT, -EAGAIN, or #woken for wakes */
   __u64 duration_ns; /* wait: enter -> exit; wake: 0 */
   __u64 timeout_ns;  /* 0 when none / unknown */
-  __s32 kstack_id;   /* stack map ids (kernel, user) taken when the task first slept in the
-                        call; -errno if none (-ENOENT: it never slept) */
+  __s32 kstack_id;   /* stack map ids: kernel when the task first slept in the call
+                        (-ENOENT: it never slept), user of the call; -errno if none */
   __s32 ustack_id;
 };
 
@@ -173,13 +173,17 @@ enum ht_shm_op {
 };
 
 struct ht_shm_event {
-  struct ht_event_header hdr;
-  __u32 op; /* enum ht_shm_op */
-  __s32 ret;
-  __u64 inode;
-  __u64 size;    /* truncate/fallocate length, mmap length */
-  __u64 addr;    /* fault address / mmap address */
-  char name[64]; /* file name when known */
+  struct ht_event_header hdr; /* SIGBUS: the receiver */
+  __u32 op;                   /* enum ht_shm_op */
+  __s32 ret;     /* syscall result (create: the fd; mmap: 0 or -errno); FAULT: the x86
+                    page-fault error code; SIGBUS: si_code (BUS_ADRERR=2) */
+  __u64 inode;   /* 0 for path-only events (unlink, failed create) */
+  __u64 size;    /* truncate length, fallocate offset+len, mmap length, create: i_size,
+                    ENOSPC: what was asked for (write: count); FAULT/SIGBUS: file offset */
+  __u64 addr;    /* fault address / mmap address / SIGBUS si_addr */
+  char name[64]; /* file name (dentry; unlink/path events: the path after /dev/shm/) */
+  __u64 fs_size; /* the tmpfs's size limit in bytes, 0 when unlimited or unknown */
+  __u64 fs_used; /* bytes in use on that tmpfs at the event (approximate: percpu counter) */
 };
 
 struct ht_tcp_event {

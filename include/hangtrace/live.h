@@ -32,6 +32,7 @@ struct TraceEvent {
   uint64_t total_vm_kb = 0, anon_rss_kb = 0, file_rss_kb = 0, shmem_rss_kb = 0;
   int oom_score_adj = 0;
   uint64_t memcg_id = 0;
+  uint64_t memcg_limit_bytes = 0;  // 0 when unknown / unlimited
   // futex / syscall
   uint64_t uaddr = 0;
   uint32_t op = 0;
@@ -45,6 +46,7 @@ struct TraceEvent {
   // shm
   uint32_t shm_op = 0;
   uint64_t inode = 0, size = 0, addr = 0;
+  uint64_t fs_size = 0, fs_used = 0;  // the tmpfs at the event, measured in the kernel
   std::string name;
   // tcp
   std::string local, remote;
@@ -68,25 +70,30 @@ Result<TraceEvent> decode_event(const void* data, size_t size);
 struct ProcessMeta {
   int pid = 0;
   std::string comm, cmdline;
-  std::string memory_cgroup;                // path under the memory controller
+  uint64_t mount_ns = 0;      // inode of its mount namespace (whose /dev/shm it sees)
+  std::string memory_cgroup;  // path under the memory controller
   std::optional<uint64_t> memory_limit_bytes;
 };
 
+// The memory controller's path from /proc/PID/cgroup text: the v1 "N:memory:/path"
+// line, else the v2 "0::/path" line (v2 set to true). Empty when neither.
+std::optional<std::string> memory_cgroup_path(const std::string& proc_cgroup_text, bool* v2);
+
 struct BlockedInterval {
   uint64_t start_ns = 0, end_ns = 0;
-  std::string what;   // "futex 0x7f..40", "read pipe:[123]"
+  std::string what;  // "futex 0x7f..40", "read pipe:[123]"
 };
 
 struct ProcessDeath {
   int pid = 0;
   std::string comm;
   uint64_t ts_ns = 0;
-  int exit_code = 0;        // raw status
-  int signal = 0;           // 0 for a normal exit
+  int exit_code = 0;  // raw status
+  int signal = 0;     // 0 for a normal exit
   bool oom_victim = false;
   std::optional<TraceEvent> oom;
-  std::optional<TraceEvent> fatal_signal;   // the signal_generate that killed it
-  std::vector<TraceEvent> shm_trouble;      // ENOSPC, faults, SIGBUS just before
+  std::optional<TraceEvent> fatal_signal;  // the signal_generate that killed it
+  std::vector<TraceEvent> shm_trouble;     // ENOSPC, faults, SIGBUS just before
 };
 
 struct RssSeries {
@@ -109,7 +116,7 @@ struct LiveObservation {
   uint64_t events = 0, dropped = 0, undecodable = 0;
   std::vector<LiveHook> hooks;
   std::vector<ProcessDeath> deaths;
-  std::map<int, RssSeries> rss;                       // by pid
+  std::map<int, RssSeries> rss;                        // by pid
   std::map<int, std::deque<BlockedInterval>> blocked;  // by tid, the most recent
   std::map<int, TraceEvent> last_waker;                // by wakee tid
   std::vector<TraceEvent> tcp;                         // state changes, retransmits (bounded)
@@ -126,7 +133,11 @@ class Aggregator {
       : per_thread_(per_thread_intervals), max_list_(max_list) {}
   void add(const TraceEvent& e);
   void set_meta(const ProcessMeta& m) { obs_.meta[m.pid] = m; }
-  void note_shm_usage(int pid, uint64_t used, uint64_t size) { obs_.shm_usage[pid] = {used, size}; }
+  // Keeps the fullest reading: that is what the process ran into.
+  void note_shm_usage(int pid, uint64_t used, uint64_t size) {
+    auto it = obs_.shm_usage.find(pid);
+    if (it == obs_.shm_usage.end() || used > it->second.first) obs_.shm_usage[pid] = {used, size};
+  }
   const ProcessMeta* meta(int pid) const;
   LiveObservation& observation() { return obs_; }
   // Closes the window: duration, counters.

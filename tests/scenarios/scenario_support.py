@@ -70,6 +70,20 @@ def _skip_reason():
 SKIP_REASON = _skip_reason()
 requires_bpf_and_torch = unittest.skipUnless(not SKIP_REASON, SKIP_REASON)
 
+MEMCG_V1 = "/sys/fs/cgroup/memory"
+
+
+def _memcg_skip_reason():
+    if not os.path.exists(os.path.join(MEMCG_V1, "memory.limit_in_bytes")):
+        return "needs the cgroup v1 memory controller at %s" % MEMCG_V1
+    if not os.access(MEMCG_V1, os.W_OK):
+        return "needs write access to %s" % MEMCG_V1
+    return ""
+
+
+MEMCG_SKIP_REASON = _memcg_skip_reason()
+requires_memcg_v1 = unittest.skipUnless(not MEMCG_SKIP_REASON, MEMCG_SKIP_REASON)
+
 
 # ---- /proc -------------------------------------------------------------------
 
@@ -223,6 +237,7 @@ class Workload:
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      env=full_env, cwd=cwd or WORKLOADS)
         self.pid = self.proc.pid
+        self.also_kill = []               # pids outside the session to kill too
         self.lines = []                   # every stdout line so far
         self._queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -274,6 +289,9 @@ class Workload:
             victims = [self.pid] + descendants(self.pid)
         else:
             victims = []
+        for p in self.also_kill:          # e.g. a job hangtrace left running
+            if os.path.exists("/proc/%d" % p):
+                victims += [p] + descendants(p)
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except OSError:
@@ -303,6 +321,11 @@ def _state(pid):
     if not stat:
         return None
     return stat[stat.rfind(")") + 2]
+
+
+def proc_state(pid):
+    """The one-letter scheduler state of pid, None when it is gone."""
+    return _state(pid)
 
 
 # ---- hangtrace -------------------------------------------------------------------
@@ -348,18 +371,78 @@ def run_hangtrace(pid, *extra, timeout=180):
     argv = [hangtrace_bin(), "--pid", str(pid), "--json", "-"] + [str(e) for e in extra]
     completed = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, timeout=timeout, text=True)
-    keep = os.environ.get("HANGTRACE_REPORT_DIR")
-    if keep:
-        os.makedirs(keep, exist_ok=True)
-        global _kept
-        _kept += 1
-        name = "%s-%d-%d.json" % (os.environ.get("HANGTRACE_REPORT_TAG", "report"), pid, _kept)
-        with open(os.path.join(keep, name), "w") as f:
-            f.write(completed.stdout)
+    _keep_report(pid, completed.stdout)
     return Report(argv, completed)
 
 
 _kept = 0
+
+
+def _keep_report(pid, text):
+    keep = os.environ.get("HANGTRACE_REPORT_DIR")
+    if not keep:
+        return
+    os.makedirs(keep, exist_ok=True)
+    global _kept
+    _kept += 1
+    name = "%s-%d-%d.json" % (os.environ.get("HANGTRACE_REPORT_TAG", "report"), pid, _kept)
+    with open(os.path.join(keep, name), "w") as f:
+        f.write(text)
+
+
+class _Completed:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+class LaunchedJob:
+    """`hangtrace --json FILE [options] -- COMMAND...`: hangtrace starts the
+    job and traces it from its first instruction. hangtrace's stdout is the
+    job's stdout (the job inherits it) plus the text report, read line by line
+    like a Workload's -- so the job's marker lines can be waited for; the JSON
+    report goes to a file, where the job's output cannot interleave with it."""
+
+    def __init__(self, command, options=(), env=None):
+        self._dir = tempfile.mkdtemp(prefix="hangtrace-scn-")
+        self.json_path = os.path.join(self._dir, "report.json")
+        argv = ([hangtrace_bin(), "--json", self.json_path] + [str(o) for o in options] +
+                ["--"] + [str(c) for c in command])
+        self.workload = Workload(argv, env=env)
+        self.argv = argv
+
+    @property
+    def lines(self):
+        return self.workload.lines
+
+    def wait_for_line(self, prefix, timeout=120.0):
+        return self.workload.wait_for_line(prefix, timeout)
+
+    def finish(self, timeout=180.0):
+        """Waits for hangtrace to exit (it reports when the job exits, or after
+        --hang-after) and returns its Report; AssertionError on timeout."""
+        try:
+            rc = self.workload.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("hangtrace did not exit within %.0fs: %s\n%s\n--- stdout ---\n%s"
+                                 % (timeout, " ".join(self.argv), self.workload.stderr_tail(),
+                                    "\n".join(self.lines[-40:])))
+        self.workload._reader.join(timeout=10)   # the rest of stdout
+        text = _read(self.json_path) or ""
+        _keep_report(self.workload.pid, text)
+        stderr = self.workload.stderr_tail(8000)
+        stderr += "\n--- stdout (job output, text report) ---\n" + "\n".join(self.lines[-60:])
+        return Report(self.argv, _Completed(rc, text, stderr))
+
+    def kill(self):
+        self.workload.kill()
+        try:
+            os.unlink(self.json_path)
+        except OSError:
+            pass
+        try:
+            os.rmdir(self._dir)
+        except OSError:
+            pass
 
 
 class ScenarioTestCase(unittest.TestCase):
@@ -383,6 +466,20 @@ class ScenarioTestCase(unittest.TestCase):
         w = Workload(argv, env=env)
         self._workloads.append(w)
         return w
+
+    def launch(self, command, *options, env=None):
+        """Starts `hangtrace --json FILE OPTIONS -- COMMAND`; killed (with the
+        job) when the test ends."""
+        job = LaunchedJob(command, options, env=env)
+        self._workloads.append(job)
+        return job
+
+    def launched_report(self, job, timeout=180.0):
+        report = job.finish(timeout)
+        self.assertIsNotNone(report.json, report.dump())
+        self.assertEqual(report.json.get("schema"), "hangtrace.report/1", report.dump())
+        self.assertIsInstance(report.json.get("live"), dict, "no live block\n" + report.dump())
+        return report
 
     def hangtrace(self, pid, *extra, **kw):
         report = run_hangtrace(pid, *extra, **kw)

@@ -246,3 +246,24 @@ TEST(LiveAggregate, MemoryStaysBounded) {
 
 }  // namespace
 }  // namespace hangtrace
+
+namespace hangtrace {
+namespace {
+
+TEST(LiveMeta, MemoryCgroupPathFromProcCgroup) {
+  bool v2 = true;
+  auto p =
+      memory_cgroup_path("12:pids:/a\n7:cpu,cpuacct:/b\n4:memory:/hangtrace-scn-9\n0::/user.slice\n", &v2);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, "/hangtrace-scn-9");
+  EXPECT_FALSE(v2);
+  p = memory_cgroup_path("0::/system.slice/job.service\n", &v2);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, "/system.slice/job.service");
+  EXPECT_TRUE(v2);
+  EXPECT_FALSE(memory_cgroup_path("", &v2).has_value());
+  EXPECT_FALSE(memory_cgroup_path("garbage without colons", &v2).has_value());
+}
+
+}  // namespace
+}  // namespace hangtrace

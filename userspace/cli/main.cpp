@@ -6,17 +6,21 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "collector.h"
@@ -24,6 +28,8 @@
 #include "hangtrace/analysis.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
+#include "live_session.h"
+#include "process_meta.h"
 #include "task_iter.h"
 
 namespace {
@@ -80,8 +86,26 @@ bool write_output(const std::string& path, const std::string& content, std::stri
   return true;
 }
 
+std::atomic<bool> g_interrupted{false};
+
+void on_interrupt(int) { g_interrupted = true; }
+
+// SIGINT/SIGTERM end a live window early; the report is still written.
+void install_interrupt_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 struct Options {
   int pid = 0;
+  std::vector<std::string> command;  // launch mode: everything after "--"
+  double hang_after_s = 0;
+  double min_block_ms = 5;
+  int ringbuf_mb = 8;
+  bool list_hooks = false;
   double duration_s = 0;
   double stall_after_s = 10;
   std::string json_path;
@@ -91,37 +115,221 @@ struct Options {
   bool no_bpf = false;
 };
 
-int report(const Snapshot& snap, const Options& opt) {
+int report(const Snapshot& snap, const Options& opt, const LiveObservation* live = nullptr) {
   AnalysisOptions analysis;
   analysis.stall_after_s = opt.stall_after_s;
-  Diagnosis d = diagnose(snap, analysis);
+  Diagnosis d = diagnose(snap, analysis, live);
   std::string error;
   if (!opt.save_snapshot_path.empty() &&
       !write_output(opt.save_snapshot_path, snapshot_to_json(snap).dump(1) + "\n", &error))
     return fail(error);
   bool json_to_stdout = opt.json_path == "-";
-  if (!opt.json_path.empty() && !write_output(opt.json_path, render_json(snap, d).dump(2) + "\n", &error))
+  if (!opt.json_path.empty() &&
+      !write_output(opt.json_path, render_json(snap, d, live).dump(2) + "\n", &error))
     return fail(error);
   if (!json_to_stdout) {
     ReportOptions ro;
     ro.verbosity = opt.verbosity;
-    std::fputs(render_text(snap, d, ro).c_str(), stdout);
+    std::fputs(render_text(snap, d, ro, live).c_str(), stdout);
   }
   return exit_status_for(d) == 2 ? kExitHang : kExitOk;
+}
+
+LiveOptions live_options(const Options& opt) {
+  LiveOptions lo;
+  lo.min_block_ns = static_cast<uint64_t>(opt.min_block_ms * 1e6);
+  lo.ringbuf_bytes = static_cast<uint64_t>(opt.ringbuf_mb) << 20;
+  lo.verbosity = opt.verbosity > 2 ? opt.verbosity - 2 : 0;
+  return lo;
+}
+
+CollectOptions collect_options(const Options& opt) {
+  CollectOptions co;
+  co.use_bpf = !opt.no_bpf;
+  co.verbosity = opt.verbosity;
+  co.min_progress_window_s = 0.2;
+  return co;
+}
+
+// A stand-in snapshot for a job that is gone: the report is then made of
+// what was seen while it ran.
+Snapshot exited_job_snapshot(int pid, const LiveObservation& live, const std::string& why) {
+  Snapshot s;
+  s.hangtrace_version = HANGTRACE_VERSION;
+  s.target_pid = pid;
+  s.taken_at_unix = static_cast<double>(std::time(nullptr));
+  ProcessInfo p;
+  p.pid = pid;
+  p.state = 'X';
+  p.role = ProcessRole::Target;
+  if (auto it = live.meta.find(pid); it != live.meta.end()) {
+    p.comm = it->second.comm;
+    p.cmdline = it->second.cmdline;
+  }
+  s.processes.push_back(p);
+  s.limitations.push_back(why);
+  struct utsname u {};
+  if (uname(&u) == 0) {
+    s.hostname = u.nodename;
+    s.kernel_release = u.release;
+  }
+  return s;
 }
 
 int run_live(const Options& opt) {
   if (geteuid() != 0)
     return fail(
         "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
-  CollectOptions co;
-  co.use_bpf = !opt.no_bpf;
-  co.verbosity = opt.verbosity;
-  co.min_progress_window_s = opt.duration_s > 0 ? opt.duration_s : 0.2;
-  if (opt.verbosity > 2) set_bpf_verbosity(opt.verbosity);
-  Result<Snapshot> snap = collect_snapshot(opt.pid, co);
+  if (opt.verbosity > 2) set_bpf_verbosity(opt.verbosity - 2);
+  Result<Snapshot> snap = collect_snapshot(opt.pid, collect_options(opt));
   if (!snap) return fail(snap.error());
-  return report(*snap, opt);
+  if (opt.duration_s <= 0 || opt.no_bpf) return report(*snap, opt);
+
+  // Snapshot first (waits already in flight), then watch what happens next.
+  std::vector<int> tree;
+  for (const auto& p : snap->processes)
+    if (p.role != ProcessRole::Peer && p.state != 'Z') tree.push_back(p.pid);
+  auto session = LiveSession::start(tree, live_options(opt));
+  if (!session) return fail(session.error());
+  install_interrupt_handlers();
+  std::fprintf(stderr, "hangtrace: tracing %zu process(es) for %.0f s (Ctrl-C ends early)...\n", tree.size(),
+               opt.duration_s);
+  const uint64_t end = (*session)->now_ns() + static_cast<uint64_t>(opt.duration_s * 1e9);
+  (*session)->run_until([&] { return (*session)->now_ns() >= end || kill(opt.pid, 0) != 0; }, g_interrupted);
+  LiveObservation live = (*session)->finish();
+  Result<Snapshot> after = collect_snapshot(opt.pid, collect_options(opt));
+  if (after) return report(*after, opt, &live);
+  // The target went away during the window: report on the first snapshot.
+  snap->limitations.push_back(fmt::format("the target exited during the live window ({})", after.error()));
+  return report(*snap, opt, &live);
+}
+
+// Total CPU time (ns) of the traced processes still alive; the job makes
+// progress while this grows.
+uint64_t tree_cpu_ns(const std::set<int>& pids) {
+  uint64_t total = 0;
+  const double ns_per_tick = 1e9 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (int pid : pids) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    std::string field;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    total += static_cast<uint64_t>((utime + stime) * ns_per_tick);
+  }
+  return total;
+}
+
+int run_launch(const Options& opt) {
+  if (geteuid() != 0)
+    return fail("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to trace a job: run it with sudo");
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0)
+    return fail(fmt::format("failed to create a pipe: {}", std::strerror(errno)));
+  pid_t job = fork();
+  if (job < 0) return fail(fmt::format("failed to fork: {}", std::strerror(errno)));
+  if (job == 0) {
+    // Held until the tracer is attached, so the job is traced from its first
+    // instruction and every worker it forks is followed.
+    close(go[1]);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(127);
+    std::vector<char*> args;
+    for (const auto& a : opt.command) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "hangtrace: failed to run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(go[0]);
+  auto session = LiveSession::start({job}, live_options(opt));
+  if (!session) {
+    kill(job, SIGKILL);
+    waitpid(job, nullptr, 0);
+    return fail(session.error());
+  }
+  install_interrupt_handlers();
+  // The job should see Ctrl-C as usual; hangtrace reports when it ends.
+  if (write(go[1], "g", 1) != 1) return fail("failed to start the job");
+  close(go[1]);
+
+  int status = 0;
+  bool exited = false, hung = false;
+  uint64_t last_progress_ns = (*session)->now_ns(), last_cpu = 0, last_check = 0;
+  (*session)->run_until(
+      [&] {
+        pid_t r = waitpid(job, &status, WNOHANG);
+        if (r == job) return exited = true;
+        if (opt.hang_after_s <= 0) return false;
+        uint64_t now = (*session)->now_ns();
+        if (now - last_check < 500'000'000ull) return false;
+        last_check = now;
+        uint64_t cpu = tree_cpu_ns((*session)->traced());
+        // Under 1% of a core since the last check is no progress.
+        if (cpu > last_cpu + (now - last_progress_ns) / 100 || last_cpu == 0) {
+          if (cpu > last_cpu) last_progress_ns = now;
+          last_cpu = cpu;
+        }
+        return hung = now - last_progress_ns >= static_cast<uint64_t>(opt.hang_after_s * 1e9);
+      },
+      g_interrupted);
+  LiveObservation live = (*session)->finish();
+  if (exited && WIFSIGNALED(status)) {
+    // waitpid saw the job die; make sure the observation has it even if the
+    // exit hook is unavailable on this kernel.
+    bool seen = false;
+    for (const auto& d : live.deaths) seen |= d.pid == job;
+    if (!seen) {
+      ProcessDeath d;
+      d.pid = job;
+      d.signal = WTERMSIG(status);
+      d.exit_code = WTERMSIG(status);
+      if (auto it = live.meta.find(job); it != live.meta.end()) d.comm = it->second.comm;
+      live.deaths.push_back(d);
+    }
+  }
+  if (exited) {
+    std::string how = WIFSIGNALED(status) ? fmt::format("killed by {}", strsignal(WTERMSIG(status)))
+                                          : fmt::format("exit status {}", WEXITSTATUS(status));
+    Snapshot s =
+        exited_job_snapshot(job, live, "the job exited (" + how + ") before a snapshot could be taken");
+    std::fprintf(stderr, "hangtrace: the job (pid %d) ended: %s\n", job, how.c_str());
+    return report(s, opt, &live);
+  }
+  Result<Snapshot> snap = collect_snapshot(job, collect_options(opt));
+  if (!snap) return fail(snap.error());
+  if (hung)
+    std::fprintf(stderr, "hangtrace: no progress for %.0f s; the job (pid %d) is left running\n",
+                 opt.hang_after_s, job);
+  else
+    std::fprintf(stderr, "hangtrace: interrupted; the job (pid %d) is left running\n", job);
+  return report(*snap, opt, &live);
+}
+
+int list_hooks(const Options& opt) {
+  if (geteuid() != 0) return fail("needs root to load BPF programs: run it with sudo");
+  LiveOptions lo = live_options(opt);
+  auto tracer = LiveTracer::start(lo);
+  if (!tracer) return fail(tracer.error());
+  int active = 0, standby = 0, off = 0;
+  for (const auto& h : (*tracer)->hooks()) {
+    // The loser of a twin pair (tp_btf vs raw_tp) is on standby, not missing.
+    bool twin = !h.active && h.reason.rfind("not needed", 0) == 0;
+    const char* state = h.active ? "active" : twin ? "standby" : "off";
+    (h.active ? active : twin ? standby : off)++;
+    std::printf("%-9s %-8s %-34s %s\n", h.concern.c_str(), state, h.attach.c_str(), h.reason.c_str());
+  }
+  struct utsname u {};
+  uname(&u);
+  std::printf("%d hooks active, %d twins on standby, %d unavailable on kernel %s\n", active, standby, off,
+              u.release);
+  return kExitOk;
 }
 
 int run_offline(const Options& opt) {
@@ -213,6 +421,15 @@ int run_demo(Options opt) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  // "hangtrace [options] -- COMMAND ARGS": what follows "--" is the job.
+  std::vector<std::string> command;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      for (int j = i + 1; j < argc; ++j) command.push_back(argv[j]);
+      argc = i;
+      break;
+    }
+  }
   CLI::App app{
       "hangtrace: why did this training job stop making progress?\n"
       "Snapshots every thread of the job and its workers, resolves what each waits on\n"
@@ -228,7 +445,16 @@ int main(int argc, char** argv) {
   app.add_option("--json", opt.json_path, "write the JSON report to FILE ('-' = stdout, no text report)");
   app.add_option("--save-snapshot", opt.save_snapshot_path, "also write the raw snapshot (JSON) to FILE");
   app.add_option("--from-snapshot", opt.from_snapshot_path, "analyse a saved snapshot instead of a live pid");
-  app.add_flag("--no-bpf", opt.no_bpf, "don't load BPF (no kernel stacks or blocked times)");
+  app.add_flag("--no-bpf", opt.no_bpf, "don't load BPF (no kernel stacks or blocked times, no live tracing)");
+  app.add_option("--hang-after", opt.hang_after_s,
+                 "with -- COMMAND: report when the job makes no progress (CPU) for this many seconds")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--min-block-ms", opt.min_block_ms, "live: stream waits longer than this (ms, default 5)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--ringbuf-mb", opt.ringbuf_mb, "live: ring buffer size in MiB (default 8)")
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("--list-hooks", opt.list_hooks,
+               "list the live-tracing hooks and whether this kernel has them");
   app.add_flag("-v,--verbose", opt.verbosity, "more detail: -v all threads, -vv kernel stacks, -vvv libbpf");
   auto* demo = app.add_subcommand("demo", "run the bundled hung training job and diagnose it");
   app.require_subcommand(0, 1);
@@ -237,8 +463,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitError;
   }
+  opt.command = command;
   if (demo->parsed()) return run_demo(opt);
+  if (opt.list_hooks) return list_hooks(opt);
+  if (!opt.command.empty()) return run_launch(opt);
   if (!opt.from_snapshot_path.empty()) return run_offline(opt);
-  if (opt.pid <= 0) return fail("no target: pass --pid PID (or 'hangtrace demo'); see --help");
+  if (opt.pid <= 0)
+    return fail("no target: pass --pid PID, or -- COMMAND to launch one (or 'hangtrace demo'); see --help");
   return run_live(opt);
 }

@@ -112,6 +112,8 @@ KernelTaskSample to_sample(const ht_task_record& rec) {
 
 void set_bpf_verbosity(int level) { g_bpf_verbosity.store(level, std::memory_order_relaxed); }
 
+void install_bpf_print() { libbpf_set_print(libbpf_print); }
+
 std::string bpf_unavailable_reason() {
   if (geteuid() != 0) return "not root: hangtrace needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)";
   if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {

@@ -30,6 +30,8 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
 // libbpf's own messages on stderr: 0 none (default), 1 warnings and info
 // (a failed load's verifier log is a warning), 2 also debug (CO-RE relocations).
 void set_bpf_verbosity(int level);
+// Routes libbpf's messages through that filter (every loader calls it first).
+void install_bpf_print();
 
 // Why BPF cannot be used here (not root, no BTF, ...), or empty when it can.
 std::string bpf_unavailable_reason();

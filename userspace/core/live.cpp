@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "hangtrace/abi.h"
@@ -14,40 +16,63 @@ namespace hangtrace {
 
 const char* event_type_name(uint32_t type) {
   switch (type) {
-    case HT_EV_PROC_FORK: return "fork";
-    case HT_EV_PROC_EXEC: return "exec";
-    case HT_EV_PROC_EXIT: return "exit";
-    case HT_EV_SIGNAL: return "signal";
-    case HT_EV_OOM_VICTIM: return "oom-victim";
-    case HT_EV_FUTEX_WAIT: return "futex-wait";
-    case HT_EV_FUTEX_WAKE: return "futex-wake";
-    case HT_EV_SYSCALL_BLOCK: return "syscall-block";
-    case HT_EV_SHM: return "shm";
-    case HT_EV_TCP_STATE: return "tcp-state";
-    case HT_EV_TCP_RETRANSMIT: return "tcp-retransmit";
-    case HT_EV_RSS: return "rss";
-    case HT_EV_WAKEUP: return "wakeup";
-    default: return "unknown";
+    case HT_EV_PROC_FORK:
+      return "fork";
+    case HT_EV_PROC_EXEC:
+      return "exec";
+    case HT_EV_PROC_EXIT:
+      return "exit";
+    case HT_EV_SIGNAL:
+      return "signal";
+    case HT_EV_OOM_VICTIM:
+      return "oom-victim";
+    case HT_EV_FUTEX_WAIT:
+      return "futex-wait";
+    case HT_EV_FUTEX_WAKE:
+      return "futex-wake";
+    case HT_EV_SYSCALL_BLOCK:
+      return "syscall-block";
+    case HT_EV_SHM:
+      return "shm";
+    case HT_EV_TCP_STATE:
+      return "tcp-state";
+    case HT_EV_TCP_RETRANSMIT:
+      return "tcp-retransmit";
+    case HT_EV_RSS:
+      return "rss";
+    case HT_EV_WAKEUP:
+      return "wakeup";
+    default:
+      return "unknown";
   }
 }
 
 const char* shm_op_name(uint32_t op) {
   switch (op) {
-    case HT_SHM_CREATE: return "create";
-    case HT_SHM_TRUNCATE: return "truncate";
-    case HT_SHM_FALLOCATE: return "fallocate";
-    case HT_SHM_MMAP: return "mmap";
-    case HT_SHM_UNLINK: return "unlink";
-    case HT_SHM_ENOSPC: return "ENOSPC";
-    case HT_SHM_FAULT: return "fault";
-    case HT_SHM_SIGBUS: return "SIGBUS";
-    default: return "unknown";
+    case HT_SHM_CREATE:
+      return "create";
+    case HT_SHM_TRUNCATE:
+      return "truncate";
+    case HT_SHM_FALLOCATE:
+      return "fallocate";
+    case HT_SHM_MMAP:
+      return "mmap";
+    case HT_SHM_UNLINK:
+      return "unlink";
+    case HT_SHM_ENOSPC:
+      return "ENOSPC";
+    case HT_SHM_FAULT:
+      return "fault";
+    case HT_SHM_SIGBUS:
+      return "SIGBUS";
+    default:
+      return "unknown";
   }
 }
 
 const char* tcp_state_name(int state) {
-  static const char* names[] = {"?",         "ESTABLISHED", "SYN_SENT",   "SYN_RECV",  "FIN_WAIT1",
-                                "FIN_WAIT2", "TIME_WAIT",   "CLOSE",      "CLOSE_WAIT", "LAST_ACK",
+  static const char* names[] = {"?",         "ESTABLISHED", "SYN_SENT",    "SYN_RECV",   "FIN_WAIT1",
+                                "FIN_WAIT2", "TIME_WAIT",   "CLOSE",       "CLOSE_WAIT", "LAST_ACK",
                                 "LISTEN",    "CLOSING",     "NEW_SYN_RECV"};
   return state >= 0 && state < static_cast<int>(std::size(names)) ? names[state] : "?";
 }
@@ -85,7 +110,9 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
   e.tgid = static_cast<int>(h.tgid);
   e.tid = static_cast<int>(h.tid);
   e.comm = comm_of(h.comm);
-  auto too_short = [&] { return make_error(fmt::format("{} record of {} bytes is too short", event_type_name(h.type), size)); };
+  auto too_short = [&] {
+    return make_error(fmt::format("{} record of {} bytes is too short", event_type_name(h.type), size));
+  };
   switch (h.type) {
     case HT_EV_PROC_FORK:
     case HT_EV_PROC_EXEC:
@@ -118,6 +145,7 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.shmem_rss_kb = r.shmem_rss_kb;
       e.oom_score_adj = r.oom_score_adj;
       e.memcg_id = r.memcg_id;
+      e.memcg_limit_bytes = r.memcg_limit_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
       break;
     }
     case HT_EV_FUTEX_WAIT:
@@ -154,6 +182,8 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.inode = r.inode;
       e.size = r.size;
       e.addr = r.addr;
+      e.fs_size = r.fs_size;
+      e.fs_used = r.fs_used;
       e.name = std::string(r.name, strnlen(r.name, sizeof r.name));
       break;
     }
@@ -186,6 +216,38 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       return make_error(fmt::format("unknown record type {}", h.type));
   }
   return e;
+}
+
+std::optional<std::string> memory_cgroup_path(const std::string& text, bool* v2) {
+  std::optional<std::string> unified;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    size_t c1 = line.find(':');
+    size_t c2 = c1 == std::string::npos ? std::string::npos : line.find(':', c1 + 1);
+    if (c2 == std::string::npos) continue;
+    std::string controllers = line.substr(c1 + 1, c2 - c1 - 1);
+    std::string path = line.substr(c2 + 1);
+    if (controllers.empty()) {
+      unified = path;
+      continue;
+    }
+    size_t start = 0;
+    while (start <= controllers.size()) {
+      size_t comma = controllers.find(',', start);
+      if (controllers.substr(start, comma == std::string::npos ? std::string::npos : comma - start) ==
+          "memory") {
+        if (v2) *v2 = false;
+        return path;
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (unified && v2) *v2 = true;
+  return unified;
 }
 
 // ---- aggregation ----------------------------------------------------------------

@@ -667,7 +667,6 @@ class Analyzer {
     d_.findings.push_back(std::move(f));
   }
 
-
   // ---- process-killed ---------------------------------------------------------------
   std::string process_label(int pid, const std::string& comm) const {
     if (snap_.process(pid)) return thread_label(pid);
@@ -703,36 +702,47 @@ class Analyzer {
       details["cgroup"] = nullptr;
       details["limit_bytes"] = nullptr;
       auto shm_usage = live_->shm_usage.find(d.pid);
-      uint64_t shm_used = shm_usage != live_->shm_usage.end() ? shm_usage->second.first : snap_.shm.used_bytes;
-      uint64_t shm_size = shm_usage != live_->shm_usage.end() ? shm_usage->second.second : snap_.shm.size_bytes;
+      uint64_t shm_used =
+          shm_usage != live_->shm_usage.end() ? shm_usage->second.first : snap_.shm.used_bytes;
+      uint64_t shm_size =
+          shm_usage != live_->shm_usage.end() ? shm_usage->second.second : snap_.shm.size_bytes;
       details["shm_used_bytes"] = shm_used;
       details["shm_size_bytes"] = shm_size;
       if (d.oom_victim) {
         cause = "oom-killer";
         std::string where = "the system";
+        std::optional<uint64_t> limit;
+        if (meta && meta->memory_limit_bytes) limit = meta->memory_limit_bytes;
+        // The kernel's own figure, taken at the kill, when userspace had none.
+        if (!limit && d.oom && d.oom->memcg_limit_bytes && d.oom->memcg_limit_bytes < (1ull << 60))
+          limit = d.oom->memcg_limit_bytes;
         if (meta && !meta->memory_cgroup.empty()) {
           details["cgroup"] = meta->memory_cgroup;
           where = fmt::format("memory cgroup {}", meta->memory_cgroup);
-          if (meta->memory_limit_bytes) {
-            details["limit_bytes"] = *meta->memory_limit_bytes;
-            where += fmt::format(" (limit {})", human_bytes(*meta->memory_limit_bytes));
-          }
+        }
+        if (limit) {
+          details["limit_bytes"] = *limit;
+          where += fmt::format(" (limit {})", human_bytes(*limit));
         }
         uint64_t rss_kb = d.oom ? d.oom->anon_rss_kb + d.oom->file_rss_kb + d.oom->shmem_rss_kb : 0;
         f.summary = fmt::format("{} was killed by the OOM killer in {}{}", who, where,
                                 rss_kb ? fmt::format(" with {} resident", human_bytes(rss_kb << 10)) : "");
         if (d.oom)
           f.evidence.push_back(fmt::format("oom:mark_victim: anon {} file {} shmem {}, oom_score_adj {}",
-                                           human_bytes(d.oom->anon_rss_kb << 10), human_bytes(d.oom->file_rss_kb << 10),
+                                           human_bytes(d.oom->anon_rss_kb << 10),
+                                           human_bytes(d.oom->file_rss_kb << 10),
                                            human_bytes(d.oom->shmem_rss_kb << 10), d.oom->oom_score_adj));
         f.advice = {
-            "Find what grows: keep losses as loss.item() (or loss.detach()), not the tensor with its autograd graph; "
+            "Find what grows: keep losses as loss.item() (or loss.detach()), not the tensor with its "
+            "autograd graph; "
             "don't accumulate outputs across steps.",
-            "Fewer DataLoader workers / smaller prefetch_factor (each worker holds its own copy of the dataset "
+            "Fewer DataLoader workers / smaller prefetch_factor (each worker holds its own copy of the "
+            "dataset "
             "state), or raise the memory limit of the job's cgroup/container.",
         };
-      } else if (d.signal == 7 && (!d.shm_trouble.empty() ||
-                                   (shm_size && static_cast<double>(shm_used) / shm_size >= opt_.shm_full_ratio))) {
+      } else if (d.signal == 7 &&
+                 (!d.shm_trouble.empty() ||
+                  (shm_size && static_cast<double>(shm_used) / shm_size >= opt_.shm_full_ratio))) {
         cause = "sigbus-shm";
         f.summary = fmt::format("{} died of SIGBUS writing to a full /dev/shm ({} of {} used)", who,
                                 human_bytes(shm_used), human_bytes(shm_size));
@@ -756,8 +766,9 @@ class Analyzer {
           from = " raised by the kernel (a fault in the process itself)";
         }
         f.summary = fmt::format("{} was killed by signal {}{}", who, strsignal(d.signal), from);
-        f.advice = {"Find out why the sender stopped it (its logs), or run the worker under a debugger / with "
-                    "faulthandler enabled to see where it faulted."};
+        f.advice = {
+            "Find out why the sender stopped it (its logs), or run the worker under a debugger / with "
+            "faulthandler enabled to see where it faulted."};
       }
       details["cause"] = cause;
       if (meta && !meta->cmdline.empty()) f.evidence.push_back("command: " + meta->cmdline);
@@ -804,7 +815,8 @@ class Analyzer {
                    {"growth_bytes_per_s", rate}};
       f.advice = {
           "A training loop that keeps tensors with their autograd graph grows without bound: log "
-          "loss.item() (or loss.detach().cpu()), not loss; don't append outputs/losses to lists across steps.",
+          "loss.item() (or loss.detach().cpu()), not loss; don't append outputs/losses to lists across "
+          "steps.",
           "Check for caches keyed by batch, and for DataLoader workers copying a large dataset object "
           "(copy-on-read of Python objects).",
       };
@@ -825,7 +837,12 @@ class Analyzer {
       if (w.activity == Activity::Blocked) ++blocked;
       if (w.activity == Activity::TimedWait) ++timed;
     }
-    if (!d_.findings.empty() && d_.findings.front().severity == Severity::Critical) {
+    if (!d_.findings.empty() && d_.findings.front().severity == Severity::Critical &&
+        d_.findings.front().kind == "process-killed") {
+      d_.verdict.status = "killed";
+      d_.verdict.summary = fmt::format("KILLED ({}): {}", confidence_name(d_.findings.front().confidence),
+                                       d_.findings.front().summary);
+    } else if (!d_.findings.empty() && d_.findings.front().severity == Severity::Critical) {
       d_.verdict.status = "hang";
       d_.verdict.summary =
           fmt::format("HANG ({}, {}): {}", d_.findings.front().kind,

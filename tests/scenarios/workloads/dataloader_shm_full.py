@@ -27,10 +27,13 @@ batches the job holds reach ~94% before a worker hits SIGBUS.
 Prints "BATCH n shm_used=<bytes> shm_size=<bytes>" every 10 batches,
 "LOADER-ERROR shm_used=.. shm_size=.. <message>" when the loader fails, then
 "READY main=<pid> workers=<a>,<b> shm_used=<bytes> shm_size=<bytes>
-kept=<batches>", and waits forever holding every batch.
+kept=<batches>", and waits forever holding every batch -- or, with --exit,
+exits with status 3 right after the READY line (a job without such a handler:
+the only trace of the full /dev/shm is what was seen while it ran).
 """
 import argparse
 import os
+import signal
 import sys
 import threading
 
@@ -59,6 +62,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--side", type=int, default=256,
                     help="images are 3 x side x side float32 (1024: 12 MiB)")
+    ap.add_argument("--exit", action="store_true",
+                    help="exit (status 3) after the loader error instead of waiting")
     args = ap.parse_args()
     loader = DataLoader(LargeImages(args.side), batch_size=1, num_workers=2,
                         multiprocessing_context="fork")
@@ -71,6 +76,18 @@ def main():
         print("LOADER-ERROR shm_used=%d shm_size=%d %s: %s"
               % (used, size, type(e).__name__, (str(e).splitlines() or [""])[0]), flush=True)
 
+    def quiet_sigchld():
+        # torch's SIGCHLD handler raises RuntimeError in the main thread on
+        # every later worker death -- also in the middle of the reporting
+        # below, when the second worker dies of SIGBUS a moment after the
+        # first. One error is enough: stop it (retrying if it fires first).
+        while True:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                return
+            except (RuntimeError, OSError):
+                continue
+
     try:
         for n, batch in enumerate(batches):
             kept.append(batch)
@@ -78,10 +95,13 @@ def main():
                 used, size = shm_usage()
                 print("BATCH %d shm_used=%d shm_size=%d" % (n, used, size), flush=True)
     except (RuntimeError, OSError) as e:   # a worker died of SIGBUS: RuntimeError,
-        loader_error(e)                    # or ConnectionResetError mid-handover
+        quiet_sigchld()                    # or ConnectionResetError mid-handover
+        loader_error(e)
     used, size = shm_usage()
     print("READY main=%d workers=%s shm_used=%d shm_size=%d kept=%d"
           % (os.getpid(), workers, used, size, len(kept)), flush=True)
+    if args.exit:
+        return 3
     while True:                        # "waiting for the launcher", batches held
         try:
             threading.Event().wait()

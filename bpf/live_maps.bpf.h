@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Maps and helpers shared by every live-tracing program (bpf/<concern>.bpf.c).
+ * Each concern is its own BPF object; userspace creates these maps once and
+ * hands the same fds to every object (bpf_map__reuse_fd) before load, so all
+ * concerns filter on one traced set and write into one ring buffer.
+ */
+#ifndef HANGTRACE_LIVE_MAPS_BPF_H
+#define HANGTRACE_LIVE_MAPS_BPF_H
+
+#include "hangtrace/abi.h"
+
+/* Sized from userspace before load (bpf_map__set_max_entries). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+/* The traced processes: the target, its descendants (followed on fork), and
+ * whatever userspace adds. Key: tgid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HT_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, 127 * sizeof(__u64));
+} stacks SEC(".maps");
+
+/* Wake userspace only when this much is queued; it also polls on a timer,
+ * so a quiet job's events still arrive within the poll interval. */
+const volatile __u64 ht_wakeup_bytes = 64 << 10;
+
+static __always_inline void ht_count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline bool ht_traced_tgid(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+}
+
+static __always_inline bool ht_current_traced(void)
+{
+	return ht_traced_tgid(bpf_get_current_pid_tgid() >> 32);
+}
+
+/* Reserves a record and fills its header for the current task; NULL (and a
+ * counted drop) when the ring buffer is full. */
+static __always_inline void *ht_reserve(__u32 type, __u32 size)
+{
+	struct ht_event_header *h = bpf_ringbuf_reserve(&events, size, 0);
+	if (!h) {
+		ht_count(HT_CNT_DROPPED);
+		return NULL;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	h->type = type;
+	h->size = size;
+	h->ts_ns = bpf_ktime_get_ns();
+	h->tgid = id >> 32;
+	h->tid = (__u32)id;
+	bpf_get_current_comm(h->comm, sizeof(h->comm));
+	return h;
+}
+
+static __always_inline void ht_submit(void *rec)
+{
+	__u64 queued = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(rec, queued >= ht_wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	ht_count(HT_CNT_EVENTS);
+}
+
+#endif /* HANGTRACE_LIVE_MAPS_BPF_H */

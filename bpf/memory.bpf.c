@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * RSS of traced processes, for the memory-growth finding: kmem/rss_stat
+ * fires on every change of an mm's page counters (every fault, every unmap),
+ * so the kernel side keeps each process's last streamed RSS and emits a
+ * struct ht_rss_event only when RSS moved by rss_step_bytes since then (and
+ * once, as a baseline, the first time a process is seen).
+ */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "live_maps.bpf.h"
+
+/* enum mm counter indexes (include/linux/mm_types_task.h) */
+#define MM_FILEPAGES 0
+#define MM_ANONPAGES 1
+#define MM_SHMEMPAGES 3
+
+const volatile __u64 rss_step_bytes = 64 << 20;
+/* Set from userspace: sysconf(_SC_PAGESIZE) as a shift. */
+const volatile __u32 page_shift = 12;
+
+/* Before 6.2 the counters were atomics in struct mm_rss_stat, not an array
+ * of percpu_counter. */
+struct mm_rss_stat___pre_6_2 {
+  atomic_long_t count[4];
+} __attribute__((preserve_access_index));
+
+struct mm_struct___pre_6_2 {
+  struct mm_rss_stat___pre_6_2 rss_stat;
+} __attribute__((preserve_access_index));
+
+/* tgid -> RSS bytes last streamed. */
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 4096);
+  __type(key, __u32);
+  __type(value, __u64);
+} last_rss SEC(".maps");
+
+/* Pages of one counter; percpu_counter.count lags the per-CPU deltas by at
+ * most a batch per CPU, which is noise next to rss_step_bytes. */
+static __always_inline __u64 mm_pages(struct mm_struct* mm, int member) {
+  long v;
+  struct mm_struct___pre_6_2* old = (void*)mm;
+  if (bpf_core_field_exists(old->rss_stat.count)) {
+    v = BPF_CORE_READ(old, rss_stat.count[member].counter);
+  } else {
+    v = BPF_CORE_READ(mm, rss_stat[member].count);
+  }
+  return v > 0 ? (__u64)v : 0;
+}
+
+static __always_inline int handle_rss_stat(struct mm_struct* mm) {
+  struct task_struct* cur = bpf_get_current_task_btf();
+  struct task_struct* task;
+  /* Usually current changes its own mm; otherwise (reclaim, exit, another
+   * process's pages via process_vm_*), ask the mm who owns it. */
+  if ((void*)BPF_CORE_READ(cur, mm) == (void*)mm) {
+    task = cur;
+  } else if (bpf_core_field_exists(mm->owner)) {
+    task = BPF_CORE_READ(mm, owner);
+    if (!task) return 0;
+  } else {
+    return 0;
+  }
+  __u32 tgid = BPF_CORE_READ(task, tgid);
+  if (!ht_traced_tgid(tgid)) return 0;
+
+  __u64 anon = mm_pages(mm, MM_ANONPAGES) << page_shift;
+  __u64 rss = anon + ((mm_pages(mm, MM_FILEPAGES) + mm_pages(mm, MM_SHMEMPAGES)) << page_shift);
+
+  __u64* last = bpf_map_lookup_elem(&last_rss, &tgid);
+  if (last) {
+    __u64 moved = rss > *last ? rss - *last : *last - rss;
+    if (moved < rss_step_bytes) return 0;
+    /* Racing threads may both emit; the aggregator keeps the latest. */
+    *last = rss;
+  } else {
+    bpf_map_update_elem(&last_rss, &tgid, &rss, BPF_ANY);
+  }
+
+  struct ht_rss_event* e = ht_reserve(HT_EV_RSS, sizeof(*e));
+  if (!e) return 0;
+  e->hdr.tgid = tgid;
+  e->hdr.tid = BPF_CORE_READ(task, pid);
+  BPF_CORE_READ_STR_INTO(&e->hdr.comm, task, comm);
+  e->rss_bytes = rss;
+  e->anon_bytes = anon;
+  ht_submit(e);
+  return 0;
+}
+
+SEC("tp_btf/rss_stat")
+int BPF_PROG(memory_rss_stat_btf, struct mm_struct* mm, int member) { return handle_rss_stat(mm); }
+
+SEC("raw_tp/rss_stat")
+int BPF_PROG(memory_rss_stat_raw, struct mm_struct* mm, int member) { return handle_rss_stat(mm); }
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

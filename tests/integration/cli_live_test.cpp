@@ -1,0 +1,150 @@
+// The live modes end to end: launch a job under tracing (-- COMMAND), watch a
+// running one (--duration), stop on no progress (--hang-after), Ctrl-C.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "support.h"
+
+namespace hangtrace::testing {
+namespace {
+
+nlohmann::json parse(const CommandResult& r) {
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
+  return j;
+}
+
+const nlohmann::json* finding(const nlohmann::json& j, const std::string& kind) {
+  for (const auto& f : j["findings"])
+    if (f["kind"] == kind) return &f;
+  return nullptr;
+}
+
+TEST(CliLive, LaunchedJobKilledBySigbusIsReported) {
+  HANGTRACE_REQUIRE_BPF();
+  auto r = run_command({hangtrace_path(), "--json", "-", "--", "/bin/sh", "-c", "kill -BUS $$"});
+  ASSERT_EQ(r.exit_code, 2) << r.err;
+  auto j = parse(r);
+  EXPECT_EQ(j["verdict"]["status"], "killed");
+  const auto* f = finding(j, "process-killed");
+  ASSERT_NE(f, nullptr) << j.dump(1);
+  EXPECT_EQ((*f)["details"]["signal"], 7);
+  EXPECT_EQ((*f)["details"]["pid"], j["target_pid"]);
+  ASSERT_TRUE(j["live"].is_object());
+  EXPECT_GT(j["live"]["events"].get<int>(), 0);
+}
+
+TEST(CliLive, CleanExitIsNoFinding) {
+  HANGTRACE_REQUIRE_BPF();
+  auto r = run_command({hangtrace_path(), "--json", "-", "--", "/bin/true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = parse(r);
+  EXPECT_EQ(j["verdict"]["status"], "ok");
+  EXPECT_TRUE(j["findings"].empty());
+}
+
+TEST(CliLive, ForkedChildKilledBySiblingNamesTheSender) {
+  HANGTRACE_REQUIRE_BPF();
+  // The job forks a child that sleeps; the job kills it with SIGTERM and exits 0.
+  auto r = run_command({hangtrace_path(), "--json", "-", "--", "/bin/sh", "-c",
+                        "sleep 30 & child=$!; kill -TERM $child; wait $child; exit 0"});
+  ASSERT_EQ(r.exit_code, 2) << r.err << r.out;
+  auto j = parse(r);
+  const auto* f = finding(j, "process-killed");
+  ASSERT_NE(f, nullptr) << j.dump(1);
+  EXPECT_EQ((*f)["details"]["signal"], 15);
+  EXPECT_EQ((*f)["details"]["cause"], "signal");
+  EXPECT_EQ((*f)["details"]["sender_pid"], j["target_pid"]);
+  bool followed = false;
+  for (const auto& pid : j["live"]["forked"]) followed |= pid == (*f)["details"]["pid"];
+  EXPECT_TRUE(followed) << "the child should have been followed through fork";
+}
+
+TEST(CliLive, HangAfterReportsTheDeadlockAndLeavesTheJobRunning) {
+  HANGTRACE_REQUIRE_BPF();
+  // The job keeps running after hangtrace exits, so it must not hold the
+  // pipes run_command reads to EOF.
+  auto r = run_command({hangtrace_path(), "--json", "-", "--hang-after", "1", "--", "/bin/sh", "-c",
+                        "exec " + repro_path("repro_fork_locked_mutex") + " >/dev/null 2>&1"},
+                       std::chrono::seconds(60));
+  auto j = parse(r);
+  // Clean up the job first: hangtrace leaves it running on purpose.
+  if (j.is_object() && j.contains("processes"))
+    for (const auto& p : j["processes"])
+      if (p["role"] != "peer") kill(p["pid"].get<int>(), SIGKILL);
+  ASSERT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no progress for 1 s"), std::string::npos) << r.err;
+  EXPECT_EQ(j["verdict"]["status"], "hang");
+  EXPECT_NE(finding(j, "orphaned-lock"), nullptr) << j.dump(1);
+  EXPECT_TRUE(j["live"].is_object());
+}
+
+TEST(CliLive, DurationOnARunningJobAndCtrlCEndsEarly) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload job({repro_path("repro_sleeper")});
+  ASSERT_FALSE(job.wait_for_line("READY").empty());
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t tracer = fork();
+  if (tracer == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    std::string pid = std::to_string(job.pid());
+    execl(hangtrace_path().c_str(), "hangtrace", "--pid", pid.c_str(), "--duration", "60", "--json", "-",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  // Wait for the "tracing ..." line: the window has begun.
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (text.find("hangtrace: tracing") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out[0], POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_NE(text.find("hangtrace: tracing"), std::string::npos) << text;
+  auto interrupted_at = std::chrono::steady_clock::now();
+  kill(tracer, SIGINT);
+  for (;;) {
+    char buf[4096];
+    ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  int status = 0;
+  waitpid(tracer, &status, 0);
+  auto took = std::chrono::steady_clock::now() - interrupted_at;
+  EXPECT_LT(took, std::chrono::seconds(10));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 1) << text;
+  auto json_start = text.find('{');
+  ASSERT_NE(json_start, std::string::npos) << text;
+  auto j = nlohmann::json::parse(text.substr(json_start), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << text;
+  ASSERT_TRUE(j["live"].is_object());
+  EXPECT_LT(j["live"]["duration_s"].get<double>(), 30.0);
+  EXPECT_FALSE(j["live"]["hooks"].empty());
+}
+
+TEST(CliLive, ListHooksSaysWhatIsActive) {
+  HANGTRACE_REQUIRE_BPF();
+  auto r = run_command({hangtrace_path(), "--list-hooks"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("hooks active"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("process"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hangtrace::testing

@@ -1,0 +1,483 @@
+// The live tracer's wait concerns against real processes (root + BTF): futex
+// waits and wakes, who woke whom, blocking syscalls with the fd's object, the
+// block threshold, and the in-kernel filter keeping untraced processes out.
+// Each workload starts its activity only on a line written to a gate pipe
+// after the tracer is attached, so counts are exact up to the kernel's doing.
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hangtrace/abi.h"
+#include "live_sched.h"
+#include "live_tracer.h"
+#include "support.h"
+
+namespace hangtrace {
+namespace {
+
+using namespace std::chrono_literals;
+using ::hangtrace::testing::repro_path;
+using ::hangtrace::testing::Workload;
+
+constexpr int kRounds = 1000;
+constexpr long kNrRead = 0, kNrWrite = 1, kNrNanosleep = 35, kNrClockNanosleep = 230;
+
+// A pipe whose read end a workload inherits (its fd number passed in argv):
+// a line written to it starts the workload's activity.
+class Gate {
+ public:
+  Gate() {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    fcntl(write_fd_, F_SETFD, FD_CLOEXEC);  // only the read end goes to the child
+  }
+  ~Gate() {
+    close_read_end();
+    if (write_fd_ >= 0) close(write_fd_);
+  }
+  std::string arg() const { return std::to_string(read_fd_); }
+  void close_read_end() {
+    if (read_fd_ >= 0) close(read_fd_);
+    read_fd_ = -1;
+  }
+  void open() { ASSERT_EQ(write(write_fd_, "go\n", 3), 3); }
+
+ private:
+  int read_fd_ = -1, write_fd_ = -1;
+};
+
+// "READY a=1 b=0x10" -> {a: 1, b: 16}
+std::map<std::string, uint64_t> parse_fields(const std::string& line) {
+  std::map<std::string, uint64_t> out;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    auto eq = word.find('=');
+    if (eq == std::string::npos) continue;
+    out[word.substr(0, eq)] = std::stoull(word.substr(eq + 1), nullptr, 0);
+  }
+  return out;
+}
+
+struct Collected {
+  std::vector<std::string> records;
+
+  template <class T>
+  std::vector<T> of_type(uint32_t type, int tgid = -1) const {
+    std::vector<T> out;
+    for (const auto& r : records) {
+      ht_event_header h;
+      std::memcpy(&h, r.data(), sizeof h);
+      if (h.type != type || r.size() < sizeof(T)) continue;
+      if (tgid >= 0 && static_cast<int>(h.tgid) != tgid) continue;
+      T rec;
+      std::memcpy(&rec, r.data(), sizeof rec);
+      out.push_back(rec);
+    }
+    return out;
+  }
+  size_t count_tgid(int tgid) const {
+    size_t n = 0;
+    for (const auto& r : records) {
+      ht_event_header h;
+      std::memcpy(&h, r.data(), sizeof h);
+      if (static_cast<int>(h.tgid) == tgid) ++n;
+    }
+    return n;
+  }
+  std::string summary() const {
+    std::map<uint32_t, size_t> by_type;
+    for (const auto& r : records) {
+      ht_event_header h;
+      std::memcpy(&h, r.data(), sizeof h);
+      by_type[h.type]++;
+    }
+    std::ostringstream os;
+    os << records.size() << " records:";
+    for (auto [type, n] : by_type) os << " type " << type << " x" << n << ";";
+    return os.str();
+  }
+};
+
+// Polls until `done` holds (checked after every poll) or `timeout` passes.
+bool poll_until(LiveTracer& t, Collected& c, const std::function<bool()>& done,
+                std::chrono::milliseconds timeout = 20s) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto sink = [&](const void* data, size_t size) {
+    c.records.emplace_back(static_cast<const char*>(data), size);
+  };
+  for (;;) {
+    if (t.poll(50, sink) < 0) return false;
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+// Polls for `span` more, for records still in flight.
+void drain(LiveTracer& t, Collected& c, std::chrono::milliseconds span = 300ms) {
+  poll_until(
+      t, c, [] { return false; }, span);
+}
+
+void print_hooks(const LiveTracer& t) {
+  for (const auto& h : t.hooks()) {
+    if (h.concern != "futex" && h.concern != "syscalls" && h.concern != "sched") continue;
+    std::cout << "hook " << h.concern << "/" << h.program << " " << h.attach << " "
+              << (h.active ? "active" : "inactive") << (h.reason.empty() ? "" : " -- " + h.reason) << "\n";
+  }
+}
+
+// Fails the test unless every hook of our three concerns that must run did.
+void expect_wait_hooks_active(const LiveTracer& t) {
+  std::set<std::string> active;
+  for (const auto& h : t.hooks()) {
+    if (h.program == "*") ADD_FAILURE() << h.concern << " failed: " << h.reason;
+    if (h.active) active.insert(h.concern + "/" + h.program);
+  }
+  for (const char* p :
+       {"futex/futex_sys_enter", "futex/futex_sys_exit", "futex/futex_sched_switch",
+        "syscalls/syscalls_sys_enter", "syscalls/syscalls_sys_exit", "syscalls/syscalls_sched_switch"}) {
+    EXPECT_TRUE(active.count(p)) << p << " not active";
+  }
+  EXPECT_TRUE(active.count("sched/sched_waking_btf") || active.count("sched/sched_waking_raw"));
+}
+
+// Default transport settings (batched wakeups; LiveTracer::poll drains what
+// epoll did not announce), so a lone record must still arrive.
+LiveOptions wait_options(std::vector<int> tgids, uint64_t min_block_ns) {
+  LiveOptions opt;
+  opt.tgids = std::move(tgids);
+  opt.min_block_ns = min_block_ns;
+  return opt;
+}
+
+TEST(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(ready.size(), 3u);
+  int pid = static_cast<int>(ready["pid"]);
+  uint64_t a_word = ready["a_word"], b_word = ready["b_word"];
+
+  LiveOptions opt = wait_options({pid}, 0);  // stream every wait
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+  print_hooks(t);
+  expect_wait_hooks_active(t);
+
+  auto t0 = std::chrono::steady_clock::now();
+  gate.open();
+  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  ASSERT_EQ(done.size(), 2u) << "the ping-pong never finished";
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  int a_tid = static_cast<int>(done["a_tid"]), b_tid = static_cast<int>(done["b_tid"]);
+
+  Collected got;
+  auto waits_on = [&](uint64_t word, int tid) {
+    std::vector<ht_futex_event> out;
+    for (const auto& e : got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, pid)) {
+      if (e.uaddr == word && static_cast<int>(e.hdr.tid) == tid) out.push_back(e);
+    }
+    return out;
+  };
+  auto wakes_of = [&](uint64_t word, int tid) {
+    std::vector<ht_futex_event> out;
+    for (const auto& e : got.of_type<ht_futex_event>(HT_EV_FUTEX_WAKE, pid)) {
+      if (e.uaddr == word && static_cast<int>(e.hdr.tid) == tid) out.push_back(e);
+    }
+    return out;
+  };
+  poll_until(t, got, [&] {
+    return waits_on(a_word, a_tid).size() >= kRounds && waits_on(b_word, b_tid).size() >= kRounds &&
+           wakes_of(a_word, b_tid).size() >= kRounds && wakes_of(b_word, a_tid).size() >= kRounds;
+  });
+  drain(t, got);
+
+  auto a_waits = waits_on(a_word, a_tid), b_waits = waits_on(b_word, b_tid);
+  auto a_wakes = wakes_of(b_word, a_tid), b_wakes = wakes_of(a_word, b_tid);
+  std::cout << kRounds << " rounds in " << elapsed.count() << " ms; " << got.summary() << "\n"
+            << "A waits " << a_waits.size() << ", B waits " << b_waits.size() << ", A wakes "
+            << a_wakes.size() << ", B wakes " << b_wakes.size() << "\n";
+  // Exact by construction (see the workload); a spurious futex wakeup could
+  // only add a wait, never remove one.
+  EXPECT_GE(a_waits.size(), static_cast<size_t>(kRounds));
+  EXPECT_LE(a_waits.size(), static_cast<size_t>(kRounds + kRounds / 100));
+  EXPECT_GE(b_waits.size(), static_cast<size_t>(kRounds));
+  EXPECT_LE(b_waits.size(), static_cast<size_t>(kRounds + kRounds / 100));
+  EXPECT_EQ(a_wakes.size(), static_cast<size_t>(kRounds));
+  EXPECT_EQ(b_wakes.size(), static_cast<size_t>(kRounds));
+
+  size_t with_kstack = 0, with_ustack = 0;
+  uint64_t max_wait = 0;
+  for (const auto& e : a_waits) {
+    EXPECT_EQ(e.op, static_cast<uint32_t>(FUTEX_WAIT_PRIVATE));
+    EXPECT_EQ(e.timeout_ns, 10'000'000'000ull);  // the relative 10 s as given
+    EXPECT_EQ(e.ret, 0);
+    if (e.kstack_id >= 0) ++with_kstack;
+    if (e.ustack_id >= 0) ++with_ustack;
+    max_wait = std::max<uint64_t>(max_wait, e.duration_ns);
+  }
+  for (const auto& e : b_waits) {
+    EXPECT_EQ(e.op, static_cast<uint32_t>(FUTEX_WAIT_PRIVATE));
+    EXPECT_EQ(e.timeout_ns, 0u);
+    EXPECT_GT(e.duration_ns, 0u);
+  }
+  for (const auto& e : a_wakes) {
+    EXPECT_EQ(e.op, static_cast<uint32_t>(FUTEX_WAKE_PRIVATE));
+    EXPECT_EQ(e.ret, 1);
+  }
+  std::cout << "A waits with kernel stack " << with_kstack << ", user stack " << with_ustack
+            << "; longest wait " << max_wait / 1000 << " us\n";
+  // Every wait slept (nobody changes the words), so each had a switch-out.
+  EXPECT_GE(with_kstack, a_waits.size() * 9 / 10);
+  EXPECT_GE(with_ustack, a_waits.size() * 9 / 10);
+  int32_t some_kstack = -1;
+  for (const auto& e : a_waits) {
+    if (e.kstack_id >= 0) some_kstack = e.kstack_id;
+  }
+  ASSERT_GE(some_kstack, 0);
+  EXPECT_GE(t.stack(some_kstack).size(), 3u);
+
+  // Who woke whom, counted in kernel, and streamed (rate-limited).
+  auto counts = read_wakeup_counts();
+  ASSERT_TRUE(counts.ok()) << counts.error();
+  uint64_t a_woke_b = 0, b_woke_a = 0;
+  for (const auto& c : *counts) {
+    if (c.waker_tid == a_tid && c.wakee_tid == b_tid) {
+      a_woke_b = c.count;
+      EXPECT_EQ(c.waker_tgid, pid);
+      EXPECT_EQ(c.wakee_tgid, pid);
+      EXPECT_EQ(c.waker_comm, "repro_live_fute");
+    }
+    if (c.waker_tid == b_tid && c.wakee_tid == a_tid) b_woke_a = c.count;
+  }
+  std::cout << "in-kernel wakeup counts: A->B " << a_woke_b << ", B->A " << b_woke_a << " (" << counts->size()
+            << " pairs)\n";
+  EXPECT_GE(a_woke_b, static_cast<uint64_t>(kRounds));
+  EXPECT_GE(b_woke_a, static_cast<uint64_t>(kRounds));
+  size_t a_to_b_events = 0;
+  for (const auto& e : got.of_type<ht_wakeup_event>(HT_EV_WAKEUP, pid)) {
+    if (static_cast<int>(e.waker_tid) == a_tid && static_cast<int>(e.hdr.tid) == b_tid) {
+      ++a_to_b_events;
+      EXPECT_EQ(static_cast<int>(e.waker_tgid), pid);
+    }
+  }
+  // At most one per 10 ms per pair (+1 for the first, +1 for a cross-CPU race).
+  std::cout << "A->B wakeup events " << a_to_b_events << "\n";
+  EXPECT_GE(a_to_b_events, 1u);
+  EXPECT_LE(a_to_b_events, static_cast<size_t>(elapsed.count() / 10 + 3));
+  EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
+}
+
+TEST(LiveWaits, FutexWaitvAndFutexWaitAreWaits) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_futex2"), gate.arg()});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  int pid = static_cast<int>(ready["pid"]);
+  uint64_t word = ready["word"];
+  ASSERT_GT(pid, 0);
+
+  LiveOptions opt = wait_options({pid}, 10'000'000);
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+
+  gate.open();
+  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  ASSERT_EQ(done.size(), 2u);
+  // Both syscalls exist since 6.7 (futex_wait) / 5.16 (futex_waitv).
+  if (done["waitv"] == ENOSYS || done["wait"] == ENOSYS)
+    GTEST_SKIP() << "kernel lacks futex_waitv/futex_wait";
+  ASSERT_EQ(done["waitv"], static_cast<uint64_t>(ETIMEDOUT));
+  ASSERT_EQ(done["wait"], static_cast<uint64_t>(ETIMEDOUT));
+
+  Collected got;
+  poll_until(t, got, [&] { return got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, pid).size() >= 2; });
+  drain(t, got);
+  auto waits = got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, pid);
+  ASSERT_EQ(waits.size(), 2u) << got.summary();
+  const uint32_t flags = 0x02 | 128;          // FUTEX2_SIZE_U32 | FUTEX2_PRIVATE
+  EXPECT_EQ(waits[0].op, HT_FUTEX_OP_WAITV);  // futex_waitv's flags argument is 0
+  EXPECT_EQ(waits[1].op, HT_FUTEX_OP_WAIT2 | flags);
+  for (const auto& e : waits) {
+    std::cout << "op " << std::hex << e.op << std::dec << " duration " << e.duration_ns / 1000
+              << " us, timeout " << e.timeout_ns << " ns (absolute), ret " << e.ret << "\n";
+    EXPECT_EQ(e.uaddr, word);
+    EXPECT_EQ(e.ret, -ETIMEDOUT);
+    EXPECT_GE(e.duration_ns, 19'000'000u);  // absolute deadline 20 ms after a clock read just before
+    EXPECT_GT(e.timeout_ns, 20'000'000u);   // CLOCK_MONOTONIC deadline, raw
+    EXPECT_GE(e.kstack_id, 0);
+  }
+}
+
+TEST(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_pipe_pingpong"), gate.arg(), std::to_string(kRounds)});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(ready.size(), 6u);
+  int parent = static_cast<int>(ready["parent"]), child = static_cast<int>(ready["child"]);
+
+  LiveOptions opt = wait_options({parent, child}, 0);
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+  expect_wait_hooks_active(t);
+
+  gate.open();
+  ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
+
+  Collected got;
+  auto calls = [&](int tgid, long nr, int fd) {
+    std::vector<ht_syscall_event> out;
+    for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, tgid)) {
+      if (e.nr == nr && e.fd == fd) out.push_back(e);
+    }
+    return out;
+  };
+  int p2c_r = static_cast<int>(ready["p2c_r"]), p2c_w = static_cast<int>(ready["p2c_w"]);
+  int c2p_r = static_cast<int>(ready["c2p_r"]), c2p_w = static_cast<int>(ready["c2p_w"]);
+  // The child's first read began before the tracer attached: kRounds - 1.
+  poll_until(t, got, [&] {
+    return calls(parent, kNrWrite, p2c_w).size() >= kRounds &&
+           calls(parent, kNrRead, c2p_r).size() >= kRounds &&
+           calls(child, kNrRead, p2c_r).size() >= kRounds - 1 &&
+           calls(child, kNrWrite, c2p_w).size() >= kRounds;
+  });
+  drain(t, got);
+  auto pw = calls(parent, kNrWrite, p2c_w), pr = calls(parent, kNrRead, c2p_r);
+  auto cr = calls(child, kNrRead, p2c_r), cw = calls(child, kNrWrite, c2p_w);
+  std::cout << got.summary() << "\nparent writes " << pw.size() << ", parent reads " << pr.size()
+            << ", child reads " << cr.size() << ", child writes " << cw.size() << "\n";
+  EXPECT_EQ(pw.size(), static_cast<size_t>(kRounds));
+  EXPECT_EQ(pr.size(), static_cast<size_t>(kRounds));
+  EXPECT_GE(cr.size(), static_cast<size_t>(kRounds - 1));
+  EXPECT_LE(cr.size(), static_cast<size_t>(kRounds));
+  EXPECT_EQ(cw.size(), static_cast<size_t>(kRounds));
+  ASSERT_FALSE(pw.empty());
+  ASSERT_FALSE(cr.empty());
+  ASSERT_FALSE(pr.empty());
+  ASSERT_FALSE(cw.empty());
+
+  // One pipe, one inode, seen from both ends and both processes.
+  uint64_t down = pw[0].obj_inode, up = pr[0].obj_inode;
+  EXPECT_NE(down, 0u);
+  EXPECT_NE(up, 0u);
+  EXPECT_NE(down, up);
+  for (const auto* v : {&pw, &cr}) {
+    for (const auto& e : *v) {
+      EXPECT_EQ(e.obj_kind, 1u);  // pipe
+      EXPECT_EQ(e.obj_inode, down);
+      EXPECT_EQ(e.args[2], 1u);  // one byte
+    }
+  }
+  for (const auto* v : {&pr, &cw}) {
+    for (const auto& e : *v) {
+      EXPECT_EQ(e.obj_kind, 1u);
+      EXPECT_EQ(e.obj_inode, up);
+      EXPECT_EQ(e.ret, 1);
+    }
+  }
+  // The reads slept waiting for the peer: their kernel stacks were taken.
+  size_t slept = 0;
+  for (const auto& e : pr) slept += e.kstack_id >= 0;
+  std::cout << "parent reads with a kernel stack: " << slept << "\n";
+  EXPECT_GE(slept, pr.size() / 2);
+  EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
+}
+
+TEST(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_sleep"), gate.arg()});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  int pid = static_cast<int>(ready["pid"]);
+  ASSERT_GT(pid, 0);
+
+  LiveOptions opt = wait_options({pid}, 10'000'000);
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+
+  gate.open();
+  ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
+  Collected got;
+  auto sleeps = [&] {
+    std::vector<ht_syscall_event> out;
+    for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, pid)) {
+      if (e.nr == kNrNanosleep || e.nr == kNrClockNanosleep) out.push_back(e);
+    }
+    return out;
+  };
+  poll_until(t, got, [&] { return !sleeps().empty(); });
+  drain(t, got);
+  auto s = sleeps();
+  ASSERT_EQ(s.size(), 1u) << got.summary();
+  std::cout << "sleep: nr " << s[0].nr << " duration " << s[0].duration_ns / 1000 << " us, ret " << s[0].ret
+            << "\n";
+  EXPECT_GE(s[0].duration_ns, 50'000'000u);
+  EXPECT_LT(s[0].duration_ns, 500'000'000u);
+  EXPECT_EQ(s[0].ret, 0);
+  EXPECT_EQ(s[0].fd, -1);
+  EXPECT_EQ(s[0].obj_kind, 0u);
+  EXPECT_GE(s[0].kstack_id, 0);
+  EXPECT_GE(s[0].ustack_id, 0);
+  EXPECT_GE(t.stack(s[0].kstack_id).size(), 3u);
+  // Nothing else of the sleeper blocked 10 ms after attach (the gate read
+  // began before it, the DONE write does not block).
+  EXPECT_EQ(got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, pid).size(), 1u) << got.summary();
+  EXPECT_TRUE(got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, pid).empty());
+}
+
+TEST(LiveWaits, UntracedProcessProducesNothing) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  int pid = static_cast<int>(ready["pid"]);
+  ASSERT_GT(pid, 0);
+
+  LiveOptions opt = wait_options({}, 0);  // traces nobody
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+
+  gate.open();
+  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  ASSERT_EQ(done.size(), 2u);
+  Collected got;
+  drain(t, got, 500ms);
+  EXPECT_EQ(got.count_tgid(pid), 0u) << got.summary();
+  EXPECT_TRUE(got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT).empty()) << got.summary();
+  EXPECT_TRUE(got.of_type<ht_futex_event>(HT_EV_FUTEX_WAKE).empty()) << got.summary();
+  EXPECT_TRUE(got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK).empty()) << got.summary();
+  EXPECT_TRUE(got.of_type<ht_wakeup_event>(HT_EV_WAKEUP).empty()) << got.summary();
+  auto counts = read_wakeup_counts();
+  ASSERT_TRUE(counts.ok()) << counts.error();
+  EXPECT_TRUE(counts->empty()) << counts->size() << " wakeup pairs counted";
+}
+
+}  // namespace
+}  // namespace hangtrace

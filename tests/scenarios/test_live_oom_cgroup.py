@@ -1,0 +1,107 @@
+"""Live: a DataLoader worker is OOM-killed under a memory cgroup limit.
+
+The whole job runs in a fresh cgroup v1 memory group limited to 512 MiB (the
+launcher moves itself in, then execs the job), under `hangtrace -- COMMAND`.
+A worker's never-evicted sample cache grows until the cgroup's OOM killer
+picks it. PyTorch only says "DataLoader worker (pid(s) N) exited
+unexpectedly"; the report must name the victim, the OOM killer, the cgroup and
+its limit.
+"""
+import errno
+import os
+import re
+import signal
+import time
+import unittest
+
+from scenario_support import (MEMCG_V1, PYTHON, ScenarioTestCase, parse_marker,
+                              requires_bpf_and_torch, requires_memcg_v1, workload)
+
+LIMIT = 512 * 1024 * 1024
+SIGKILL = 9
+
+
+@requires_bpf_and_torch
+@requires_memcg_v1
+class LiveOomCgroup(ScenarioTestCase):
+    def setUp(self):
+        super().setUp()
+        self.cgroup = os.path.join(MEMCG_V1, "hangtrace-scn-%d" % os.getpid())
+        os.mkdir(self.cgroup)
+        with open(os.path.join(self.cgroup, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(LIMIT))
+        # No swap here, but a memsw limit keeps the test honest where there is.
+        try:
+            with open(os.path.join(self.cgroup, "memory.memsw.limit_in_bytes"), "w") as f:
+                f.write(str(LIMIT))
+        except OSError:
+            pass
+
+    def tearDown(self):
+        super().tearDown()
+        self._remove_cgroup()
+
+    def _remove_cgroup(self):
+        procs = os.path.join(self.cgroup, "cgroup.procs")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with open(procs) as f:
+                    pids = [int(p) for p in f.read().split()]
+            except OSError:
+                return
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            if not pids:
+                try:
+                    os.rmdir(self.cgroup)
+                    return
+                except OSError as e:
+                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                        raise
+            elif time.monotonic() > deadline:
+                raise AssertionError("cgroup %s still has %s" % (self.cgroup, pids))
+            time.sleep(0.01)   # exiting tasks leave the cgroup asynchronously
+
+    def test_oom_killed_worker_names_cgroup_and_limit(self):
+        enter = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+        job = self.launch(["sh", "-c", enter, self.cgroup,
+                           PYTHON, "-u", workload("dataloader_worker_oom.py")])
+        marker = parse_marker(job.wait_for_line("START", timeout=120))
+        main, workers = marker["main"][0], marker["workers"]
+        job.workload.also_kill += [main] + workers
+        victim = workers[0]
+        error = job.wait_for_line("LOADER-ERROR", timeout=120)
+        # PyTorch: "exited unexpectedly" or "is killed by signal: Killed" -- a
+        # worker pid, no word of memory.
+        self.assertTrue(re.search(r"\b%d\b" % victim, error), "precondition: %s" % error)
+        with open(os.path.join(self.cgroup, "memory.oom_control")) as f:
+            oom_kills = dict(l.split() for l in f.read().splitlines()).get("oom_kill")
+        self.assertEqual(oom_kills, "1", "precondition: one OOM kill in the cgroup")
+
+        report = self.launched_report(job)     # the job exits (3); hangtrace reports then
+        self.assertEqual(report.returncode, 2, "a killed worker is critical\n" + report.dump())
+        killed = [f for f in report.of_kind("process-killed")
+                  if (f.get("details") or {}).get("pid") == victim]
+        self.assertEqual(len(killed), 1, "no process-killed finding for worker %d\n%s"
+                         % (victim, report.dump()))
+        f = killed[0]
+        d = f["details"]
+        self.assertEqual(f.get("severity"), "critical", report.dump())
+        self.assertIn(victim, f.get("pids") or [], report.dump())
+        self.assertEqual(d.get("cause"), "oom-killer", report.dump())
+        self.assertEqual(d.get("signal"), SIGKILL, report.dump())
+        self.assertIn("hangtrace-scn-%d" % os.getpid(), d.get("cgroup") or "", report.dump())
+        self.assertEqual(d.get("limit_bytes"), LIMIT, report.dump())
+        # The OOM killer took the worker, not the main process (which then
+        # exited with status 3 on its own).
+        self.assertFalse([g for g in report.of_kind("process-killed")
+                          if (g.get("details") or {}).get("pid") == main and
+                          (g.get("details") or {}).get("cause") == "oom-killer"], report.dump())
+
+
+if __name__ == "__main__":
+    unittest.main()

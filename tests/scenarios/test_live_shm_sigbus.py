@@ -1,0 +1,110 @@
+"""Live: a DataLoader worker dies of SIGBUS on a full Docker-sized /dev/shm.
+
+The job runs under `hangtrace -- COMMAND` from its first instruction, in a
+private mount namespace whose /dev/shm is a 64 MiB tmpfs (Docker's default).
+PyTorch itself only says "DataLoader worker (pid N) is killed by signal: Bus
+error"; the report must name the worker, the signal and the full tmpfs --
+measured while it happened, since the job exits afterwards and /dev/shm is
+empty by the time anyone looks.
+"""
+import os
+import re
+import shutil
+import unittest
+
+from scenario_support import (PYTHON, ScenarioTestCase, parse_marker, proc_state,
+                              requires_bpf_and_torch, workload)
+
+SHM_SIZE = 64 * 1024 * 1024
+SIGBUS = 7
+HANG_AFTER_S = 5
+
+
+def dead_workers(error):
+    """The worker pids PyTorch names in its error: "DataLoader worker (pid
+    N) is killed by signal: Bus error" when its SIGCHLD handler saw the death
+    first, "DataLoader worker (pid(s) N, M) exited unexpectedly" when the
+    closed result pipe did (and then nothing about /dev/shm)."""
+    m = re.search(r"worker \(pids? ?(?:\(s\))? ?([\d, ]+)\) (?:is killed by signal: Bus error|"
+                  r"exited unexpectedly)", error)
+    return [int(p) for p in m.group(1).replace(",", " ").split()] if m else []
+
+
+def small_shm(*argv):
+    """argv run in a private mount namespace with a 64 MiB tmpfs on /dev/shm
+    (unshare execs sh, which execs argv: one pid all the way)."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"', "small-shm"] + list(argv)
+
+
+@requires_bpf_and_torch
+@unittest.skipUnless(shutil.which("unshare"), "needs unshare(1)")
+class LiveShmSigbus(ScenarioTestCase):
+    def test_worker_sigbus_is_traced_to_the_full_dev_shm(self):
+        job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py"), "--exit"))
+        error = job.wait_for_line("LOADER-ERROR", timeout=180)
+        marker = parse_marker(job.wait_for_line("READY", timeout=60))
+        main, workers = marker["main"][0], marker["workers"]
+        job.workload.also_kill += [main] + workers
+        named = dead_workers(error)
+        self.assertTrue(named, "precondition: no dead worker named: %s" % error)
+        self.assertTrue(set(named) <= set(workers), (named, marker))
+        self.assertIn("bus error", job.workload.stderr_tail().lower(),
+                      "precondition: torch's worker SIGBUS handler said nothing")
+        self.assertEqual(marker["shm_size"][0], SHM_SIZE, marker)
+
+        report = self.launched_report(job)     # the job exits (3); hangtrace reports then
+        self.assertEqual(report.returncode, 2, "a killed worker is critical\n" + report.dump())
+
+        for victim in named:     # one worker or both may have hit the full tmpfs
+            killed = [f for f in report.of_kind("process-killed")
+                      if (f.get("details") or {}).get("pid") == victim]
+            self.assertEqual(len(killed), 1, "no process-killed finding for worker %d\n%s"
+                             % (victim, report.dump()))
+            f = killed[0]
+            d = f["details"]
+            self.assertEqual(f.get("severity"), "critical", report.dump())
+            self.assertIn(victim, f.get("pids") or [], report.dump())
+            self.assertEqual(d.get("signal"), SIGBUS, report.dump())
+            self.assertEqual(d.get("cause"), "sigbus-shm", report.dump())
+            # The tmpfs as it was when the worker faulted: full.
+            self.assertEqual(d.get("shm_size_bytes"), SHM_SIZE, report.dump())
+            self.assertGreaterEqual(d.get("shm_used_bytes", 0) * 100, 90 * SHM_SIZE, report.dump())
+        # Traced from the first instruction: the workers were followed through fork.
+        live = report.json["live"]
+        self.assertGreater(live.get("events", 0), 0, report.dump())
+
+    def test_hang_after_reports_and_leaves_the_job_running(self):
+        # Without --exit the job's error handler waits forever holding every
+        # batch: no progress, so --hang-after reports -- the live SIGBUS and the
+        # full /dev/shm the snapshot sees -- and leaves the job running. The
+        # main process may stall before PyTorch even notices the dead worker
+        # (its status check runs every 5 s), so the report can come before
+        # the job's LOADER-ERROR line: read the job's lines afterwards.
+        job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py")),
+                          "--hang-after", HANG_AFTER_S)
+        report = self.launched_report(job, timeout=HANG_AFTER_S + 180)
+        main = report.json.get("target_pid")
+        self.assertIsInstance(main, int, report.dump())
+        job.workload.also_kill.append(main)
+        self.assertEqual(report.returncode, 2, report.dump())
+        error = job.wait_for_line("LOADER-ERROR", timeout=60)
+        marker = parse_marker(job.wait_for_line("READY", timeout=60))
+        self.assertEqual(marker["main"][0], main, marker)   # unshare and sh exec'd python
+        job.workload.also_kill += marker["workers"]
+        self.assertTrue(proc_state(main) not in (None, "Z", "X"),
+                        "hangtrace must leave the job running\n" + report.dump())
+        named = dead_workers(error)
+        self.assertTrue(named, "precondition: no dead worker named: %s" % error)
+        for victim in named:
+            killed = [f for f in report.of_kind("process-killed")
+                      if (f.get("details") or {}).get("pid") == victim]
+            self.assertEqual(len(killed), 1, report.dump())
+            self.assertEqual(killed[0]["details"].get("cause"), "sigbus-shm", report.dump())
+        # The job still holds the batches: the snapshot sees the full tmpfs too.
+        full = report.of_kind("shm-exhausted")
+        self.assertEqual(len(full), 1, report.dump())
+        self.assertEqual(full[0]["details"].get("size_bytes"), SHM_SIZE, report.dump())
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,135 @@
+#include "live_session.h"
+
+#include <time.h>
+
+#include "hangtrace/abi.h"
+#include "process_meta.h"
+
+namespace hangtrace {
+
+uint64_t LiveSession::now_ns() const {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+Result<std::unique_ptr<LiveSession>> LiveSession::start(const std::vector<int>& tgids,
+                                                        const LiveOptions& options) {
+  LiveOptions o = options;
+  o.tgids = tgids;
+  auto tracer = LiveTracer::start(o);
+  if (!tracer) return make_error(tracer.error());
+  std::unique_ptr<LiveSession> s(new LiveSession());
+  s->tracer_ = std::move(*tracer);
+  s->start_ns_ = s->now_ns();
+  for (int pid : tgids) s->trace(pid);
+  return s;
+}
+
+void LiveSession::trace(int tgid) {
+  if (!traced_.insert(tgid).second) return;
+  tracer_->trace_tgid(tgid);
+  aggregator_.set_meta(read_process_meta(tgid));
+}
+
+void LiveSession::on_record(const void* data, size_t size) {
+  auto event = decode_event(data, size);
+  if (!event) {
+    ++undecodable_;
+    return;
+  }
+  const TraceEvent& e = *event;
+  switch (e.type) {
+    case HT_EV_PROC_FORK:
+      // The kernel already follows it; read what must be read while it lives.
+      if (e.child_tgid && traced_.insert(e.child_tgid).second)
+        aggregator_.set_meta(read_process_meta(e.child_tgid));
+      break;
+    case HT_EV_PROC_EXEC:
+      aggregator_.set_meta(read_process_meta(e.tgid));
+      break;
+    case HT_EV_SIGNAL:
+      if (e.sig == 7) note_shm_usage(e.tgid);  // SIGBUS: how full is its /dev/shm?
+      break;
+    case HT_EV_SHM:
+      // Measured in the kernel at the event: exact even when the process (and
+      // its mount namespace) is gone by the time the record is read.
+      if (e.fs_size) {
+        aggregator_.note_shm_usage(e.tgid, e.fs_used, e.fs_size);
+      } else {
+        note_shm_usage(e.tgid);
+      }
+      break;
+    default:
+      break;
+  }
+  aggregator_.add(e);
+}
+
+void LiveSession::sample_shm() {
+  for (auto it = shm_sampler_pid_.begin(); it != shm_sampler_pid_.end(); ++it) {
+    ShmSample sample{0, 0, 0};
+    bool have = false;
+    auto read = [&](int pid) {
+      if (auto u = shm_usage_of(pid)) {
+        sample.used = u->first;
+        sample.size = u->second;
+        have = true;
+      }
+    };
+    read(it->second);
+    // That process is gone: sample through another traced one in the namespace.
+    for (auto pid = traced_.begin(); !have && pid != traced_.end(); ++pid) {
+      const ProcessMeta* m = aggregator_.meta(*pid);
+      if (*pid != it->second && m && m->mount_ns == it->first) {
+        read(*pid);
+        if (have) it->second = *pid;
+      }
+    }
+    if (!have) continue;
+    sample.ts_ns = now_ns();
+    auto& q = shm_samples_[it->first];
+    q.push_back(sample);
+    if (q.size() > 32) q.pop_front();
+  }
+}
+
+void LiveSession::note_shm_usage(int pid) {
+  const ProcessMeta* m = aggregator_.meta(pid);
+  uint64_t ns = m ? m->mount_ns : 0;
+  if (ns && !shm_sampler_pid_.count(ns)) {
+    shm_sampler_pid_[ns] = pid;
+    sample_shm();
+  }
+  // The fullest the namespace's /dev/shm was in the last 2 s, or now.
+  std::optional<std::pair<uint64_t, uint64_t>> best = shm_usage_of(pid);
+  if (auto it = shm_samples_.find(ns); it != shm_samples_.end()) {
+    uint64_t horizon = now_ns() - 2'000'000'000ull;
+    for (const auto& smp : it->second)
+      if (smp.ts_ns >= horizon && (!best || smp.used > best->first))
+        best = std::make_pair(smp.used, smp.size);
+  }
+  if (best) aggregator_.note_shm_usage(pid, best->first, best->second);
+}
+
+void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic<bool>& interrupted) {
+  auto sink = [this](const void* data, size_t size) { on_record(data, size); };
+  while (!interrupted.load() && !stop()) {
+    tracer_->poll(100, sink);
+    sample_shm();
+  }
+  // Drain what is already queued.
+  for (int i = 0; i < 8 && tracer_->poll(0, sink) > 0; ++i) {
+  }
+}
+
+LiveObservation LiveSession::finish() {
+  LiveObservation o = aggregator_.finish(start_ns_, now_ns(), tracer_->counter(HT_CNT_EVENTS),
+                                         tracer_->counter(HT_CNT_DROPPED));
+  o.undecodable = undecodable_;
+  for (const auto& h : tracer_->hooks())
+    o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
+  return o;
+}
+
+}  // namespace hangtrace

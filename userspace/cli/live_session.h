@@ -1,0 +1,54 @@
+// A live-tracing window for the CLI: the tracer, the aggregator, and the
+// bookkeeping that must happen while processes are still alive (their
+// cgroup, their /dev/shm usage when they hit ENOSPC or SIGBUS).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "hangtrace/live.h"
+#include "hangtrace/result.h"
+#include "live_tracer.h"
+
+namespace hangtrace {
+
+class LiveSession {
+ public:
+  static Result<std::unique_ptr<LiveSession>> start(const std::vector<int>& tgids,
+                                                    const LiveOptions& options);
+
+  // Polls the ring buffer until `stop()` is true or `interrupted` is set;
+  // `stop` is checked about every 100 ms.
+  void run_until(const std::function<bool()>& stop, const std::atomic<bool>& interrupted);
+  void trace(int tgid);
+  LiveObservation finish();
+  const std::set<int>& traced() const { return traced_; }
+  uint64_t now_ns() const;
+
+ private:
+  void on_record(const void* data, size_t size);
+  // /dev/shm usage as `pid` sees it; when `pid` is already gone, through a
+  // live traced process in the same mount namespace, else the last reading.
+  void note_shm_usage(int pid);
+  // Records arrive in batches, after the fact: a /dev/shm that filled up and
+  // was freed again by the time a SIGBUS record is read must still show full,
+  // so the usage of every /dev/shm the job touched is sampled on each poll.
+  void sample_shm();
+  struct ShmSample {
+    uint64_t ts_ns, used, size;
+  };
+  std::map<uint64_t, std::deque<ShmSample>> shm_samples_;  // mount ns -> recent samples
+  std::map<uint64_t, int> shm_sampler_pid_;                // mount ns -> a live process in it
+  std::unique_ptr<LiveTracer> tracer_;
+  Aggregator aggregator_;
+  std::set<int> traced_;
+  uint64_t start_ns_ = 0;
+  uint64_t undecodable_ = 0;
+};
+
+}  // namespace hangtrace

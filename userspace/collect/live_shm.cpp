@@ -1,0 +1,82 @@
+// The "shm" concern (bpf/shm.bpf.c): /dev/shm (tmpfs) files of traced tasks
+// -- create, truncate, fallocate, mmap, unlink, ENOSPC, faults on shared
+// tmpfs mappings, and the SIGBUS a failed fault ends in.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "hangtrace/abi.h"
+#include "live_modules.h"
+#include "live_twin_hooks.h"
+#include "shm.skel.h"
+
+namespace hangtrace {
+
+static_assert(sizeof(ht_shm_event) == 152);
+static_assert(offsetof(ht_shm_event, op) == 40);
+static_assert(offsetof(ht_shm_event, ret) == 44);
+static_assert(offsetof(ht_shm_event, inode) == 48);
+static_assert(offsetof(ht_shm_event, size) == 56);
+static_assert(offsetof(ht_shm_event, addr) == 64);
+static_assert(offsetof(ht_shm_event, name) == 72);
+static_assert(offsetof(ht_shm_event, fs_size) == 136);
+static_assert(offsetof(ht_shm_event, fs_used) == 144);
+
+namespace {
+
+uint32_t page_shift() {
+  long page = sysconf(_SC_PAGESIZE);
+  uint32_t shift = 0;
+  while (page > 1) {
+    page >>= 1;
+    ++shift;
+  }
+  return shift ? shift : 12;
+}
+
+class ShmModule : public TracerModule {
+ public:
+  ~ShmModule() override {
+    hooks_.detach();
+    shm_bpf__destroy(skel_);
+  }
+  const char* name() const override { return "shm"; }
+
+  Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
+    return hooks_.load(
+        [&]() -> Result<bpf_object*> {
+          skel_ = shm_bpf__open();
+          if (!skel_) return make_error(std::string("open: ") + std::strerror(errno));
+          auto shared = maps.reuse_in(skel_->obj);
+          if (!shared) return make_error(shared.error());
+          skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
+          skel_->rodata->page_shift = page_shift();
+          return skel_->obj;
+        },
+        [&]() { return shm_bpf__load(skel_); },
+        [&]() {
+          shm_bpf__destroy(skel_);
+          skel_ = nullptr;
+        });
+  }
+
+  Result<bool> attach() override { return hooks_.attach(); }
+  std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
+
+ private:
+  shm_bpf* skel_ = nullptr;
+  // The syscalls carry the create/truncate/mmap/ENOSPC story; faults and
+  // SIGBUS need bpf_find_vma (5.17+) and, for faults, an x86 tracepoint.
+  TwinHooks hooks_{"shm",
+                   {{"shm_sys_exit", "sys_exit", true},
+                    {"shm_page_fault", "page_fault_user", false},
+                    {"shm_signal_generate", "signal_generate", false}}};
+};
+
+}  // namespace
+
+std::unique_ptr<TracerModule> make_shm_module() { return std::make_unique<ShmModule>(); }
+
+}  // namespace hangtrace

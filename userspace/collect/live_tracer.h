@@ -1,0 +1,80 @@
+// Live tracing: every bpf/<concern>.bpf.c object, loaded together over shared
+// maps (traced set, ring buffer, counters, stacks), streaming records to a
+// callback. Nothing is pinned: every link and map is owned by an fd of this
+// process, so an exit, a crash or SIGKILL detaches everything.
+#pragma once
+
+#include <bpf/libbpf.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hangtrace/result.h"
+
+namespace hangtrace {
+
+struct LiveOptions {
+  std::vector<int> tgids;               // initial traced set
+  uint64_t min_block_ns = 5'000'000;    // blocking syscalls/futex waits shorter than this are not streamed
+  uint64_t ringbuf_bytes = 8u << 20;    // power of two
+  uint64_t wakeup_bytes = 64u << 10;    // ring buffer wakes userspace past this much data
+  uint64_t rss_step_bytes = 64u << 20;  // an RSS event each time RSS moves this much
+  int verbosity = 0;
+};
+
+// One hook of one concern, for the "which hooks are active" listing.
+struct HookStatus {
+  std::string concern;    // "futex", "process", ...
+  std::string program;    // "sched_process_fork_btf"
+  std::string attach;     // "tp_btf/sched_process_fork"
+  bool active = false;
+  std::string reason;     // why not active ("tp_btf unavailable: ...", "fentry upgrade not supported")
+};
+
+// The fds of the maps every concern shares (created once, before any load).
+struct SharedMaps {
+  int events = -1, traced_tgids = -1, counters = -1, stacks = -1;
+  // Points `obj`'s maps of these names at the shared fds; call before load.
+  Result<bool> reuse_in(struct bpf_object* obj) const;
+};
+
+// A concern: one BPF object (skeleton) and its hooks. Implementations live in
+// userspace/collect/live_<concern>.cpp and are listed in live_tracer.cpp.
+class TracerModule {
+ public:
+  virtual ~TracerModule() = default;
+  virtual const char* name() const = 0;
+  // open -> reuse shared maps -> set rodata -> probe -> set autoload -> load.
+  virtual Result<bool> load(const SharedMaps& maps, const LiveOptions& options) = 0;
+  // Attaches what loaded; failures of optional hooks are recorded, not fatal.
+  virtual Result<bool> attach() = 0;
+  virtual std::vector<HookStatus> hooks() const = 0;
+};
+
+class LiveTracer {
+ public:
+  static Result<std::unique_ptr<LiveTracer>> start(const LiveOptions& options);
+  ~LiveTracer();
+
+  // Waits up to timeout_ms for records and hands each to `on_record` (raw
+  // bytes starting with ht_event_header). Returns records consumed or -errno.
+  int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
+  void trace_tgid(int tgid);
+  std::vector<HookStatus> hooks() const;
+  uint64_t counter(int index) const;   // summed over CPUs (enum ht_counter)
+  // Symbolized later by the caller; raw addresses of a stack id, innermost first.
+  std::vector<uint64_t> stack(int32_t stack_id) const;
+
+ private:
+  LiveTracer() = default;
+  SharedMaps maps_;
+  std::vector<std::unique_ptr<TracerModule>> modules_;
+  struct ring_buffer* ring_ = nullptr;
+  std::function<void(const void*, size_t)>* sink_ = nullptr;
+  std::vector<HookStatus> failed_;  // concerns that did not load or attach, with why
+};
+
+}  // namespace hangtrace

@@ -1,0 +1,148 @@
+#include "live_twin_hooks.h"
+
+#include <bpf/btf.h>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace hangtrace {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+
+// HANGTRACE_LIVE_NO_TP_BTF=1 makes these concerns take their raw_tp twins,
+// as on a kernel without tp_btf; the tests run both paths with it.
+bool no_tp_btf() {
+  const char* v = getenv("HANGTRACE_LIVE_NO_TP_BTF");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// tp_btf/<tp> needs the btf_trace_<tp> typedef the tracepoint macros emit
+// into vmlinux BTF.
+std::vector<bool> btf_tracepoints(const std::vector<TwinSpec>& specs) {
+  std::vector<bool> out(specs.size(), false);
+  if (no_tp_btf()) return out;
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (!vmlinux) return out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::string type = "btf_trace_" + specs[i].tp;
+    out[i] = btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0;
+  }
+  btf__free(vmlinux);
+  return out;
+}
+
+bpf_program* find_program(bpf_object* obj, const std::string& name) {
+  return bpf_object__find_program_by_name(obj, name.c_str());
+}
+
+}  // namespace
+
+TwinHooks::TwinHooks(std::string concern, std::vector<TwinSpec> specs) : concern_(std::move(concern)) {
+  for (auto& s : specs) hooks_spec_.push_back(Hook{std::move(s)});
+}
+
+Result<bool> TwinHooks::load(const std::function<Result<bpf_object*>()>& open,
+                             const std::function<int()>& load, const std::function<void()>& destroy) {
+  std::vector<TwinSpec> specs;
+  for (const Hook& h : hooks_spec_) specs.push_back(h.spec);
+  std::vector<bool> btf = btf_tracepoints(specs);
+  bool any_btf = false;
+  for (size_t i = 0; i < hooks_spec_.size(); ++i) {
+    hooks_spec_[i].btf_available = btf[i];
+    if (btf[i]) {
+      hooks_spec_[i].why_not_btf.clear();
+    } else if (no_tp_btf()) {
+      hooks_spec_[i].why_not_btf = "tp_btf disabled by HANGTRACE_LIVE_NO_TP_BTF";
+    } else {
+      hooks_spec_[i].why_not_btf = "tp_btf unavailable: no btf_trace_" + specs[i].tp + " in vmlinux BTF";
+    }
+    any_btf = any_btf || btf[i];
+  }
+
+  struct Try {
+    bool btf;
+    bool optional;
+    const char* what;
+  };
+  std::vector<Try> tries;
+  if (any_btf) tries.push_back({true, true, "tp_btf"});
+  tries.push_back({false, true, "raw_tp"});
+  tries.push_back({false, false, "raw_tp, required hooks only"});
+
+  std::string first_error, last_error;
+  for (const Try& t : tries) {
+    auto opened = open();
+    if (!opened) return make_error(fmt::format("failed to load BPF {} tracer: {}", concern_, opened.error()));
+    bpf_object* obj = *opened;
+    for (Hook& h : hooks_spec_) {
+      h.use_btf = t.btf && h.btf_available;
+      h.loaded = h.spec.required || t.optional;
+      bpf_program* pb = find_program(obj, h.spec.base + "_btf");
+      bpf_program* pr = find_program(obj, h.spec.base + "_raw");
+      if (!pb || !pr) {
+        destroy();
+        return make_error(
+            fmt::format("failed to load BPF {} tracer: program {}_btf/_raw missing", concern_, h.spec.base));
+      }
+      bpf_program__set_autoload(pb, h.loaded && h.use_btf);
+      bpf_program__set_autoload(pr, h.loaded && !h.use_btf);
+    }
+    int err = load();
+    if (err == 0) {
+      obj_ = obj;
+      for (Hook& h : hooks_spec_) {
+        if (h.btf_available && !h.use_btf) h.why_not_btf = "tp_btf rejected at load: " + first_error;
+        if (!h.loaded) h.why_not_loaded = "rejected at load: " + first_error;
+      }
+      return true;
+    }
+    destroy();
+    last_error = fmt::format("load ({}): {}", t.what, errno_text(err));
+    if (first_error.empty()) first_error = last_error;
+  }
+  return make_error(fmt::format("failed to load BPF {} tracer: {}", concern_, last_error));
+}
+
+Result<bool> TwinHooks::attach() {
+  detach();
+  hooks_.clear();
+  for (const Hook& h : hooks_spec_) {
+    for (bool btf : {true, false}) {
+      HookStatus st;
+      st.concern = concern_;
+      st.program = h.spec.base + (btf ? "_btf" : "_raw");
+      st.attach = (btf ? "tp_btf/" : "raw_tp/") + h.spec.tp;
+      if (!h.loaded) {
+        st.reason = h.why_not_loaded;
+      } else if (btf != h.use_btf) {
+        st.reason = btf ? h.why_not_btf : "not needed: twin " + h.spec.base + "_btf attached";
+      } else {
+        bpf_link* link = bpf_program__attach(find_program(obj_, st.program));
+        if (!link) {
+          int err = errno;
+          std::string why = errno_text(err);
+          if (err == ENOENT) why += " (no such tracepoint on this kernel)";
+          if (h.spec.required) {
+            return make_error(fmt::format("failed to attach {}: {}", st.program, why));
+          }
+          st.reason = "attach failed: " + why;
+        } else {
+          links_.push_back(link);
+          st.active = true;
+        }
+      }
+      hooks_.push_back(st);
+    }
+  }
+  return true;
+}
+
+void TwinHooks::detach() {
+  for (bpf_link* l : links_) bpf_link__destroy(l);
+  links_.clear();
+}
+
+}  // namespace hangtrace

@@ -1,0 +1,63 @@
+// Loading and attaching a concern whose hooks are all twins: one handler
+// compiled as <base>_btf (SEC tp_btf/<tp>) and <base>_raw (SEC raw_tp/<tp>).
+// Used by the shm, net and memory concerns.
+//
+// Load tries, best first: tp_btf for every tracepoint that vmlinux BTF
+// describes; raw_tp for all; raw_tp for the required hooks only (an optional
+// hook whose program the verifier refuses, e.g. for a helper this kernel
+// lacks, is then listed as inactive with the reason instead of sinking the
+// concern).
+#pragma once
+
+#include <bpf/libbpf.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "live_tracer.h"
+
+namespace hangtrace {
+
+struct TwinSpec {
+  std::string base;  // programs <base>_btf and <base>_raw
+  std::string tp;    // tracepoint name, e.g. "sys_exit"
+  bool required;     // the concern is useless without it
+};
+
+class TwinHooks {
+ public:
+  TwinHooks(std::string concern, std::vector<TwinSpec> specs);
+  ~TwinHooks() { detach(); }
+  TwinHooks(const TwinHooks&) = delete;
+  TwinHooks& operator=(const TwinHooks&) = delete;
+
+  // `open` opens the skeleton, points it at the shared maps and sets its
+  // rodata, returning its object; `load` loads it (0 or -errno); `destroy`
+  // frees it. Called once per try.
+  Result<bool> load(const std::function<Result<bpf_object*>()>& open, const std::function<int()>& load,
+                    const std::function<void()>& destroy);
+  // Attaches the chosen twin of every loaded hook; a required one that
+  // fails is an error, an optional one is recorded.
+  Result<bool> attach();
+  // Destroys the links (before the skeleton goes).
+  void detach();
+  std::vector<HookStatus> hooks() const { return hooks_; }
+
+ private:
+  struct Hook {
+    TwinSpec spec;
+    bool btf_available = false;  // vmlinux BTF has btf_trace_<tp>
+    bool use_btf = false;        // chosen twin
+    bool loaded = false;         // loaded in the chosen variant
+    std::string why_not_btf;
+    std::string why_not_loaded;
+  };
+  std::string concern_;
+  std::vector<Hook> hooks_spec_;
+  bpf_object* obj_ = nullptr;
+  std::vector<bpf_link*> links_;
+  std::vector<HookStatus> hooks_;
+};
+
+}  // namespace hangtrace
