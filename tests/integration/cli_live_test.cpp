@@ -138,6 +138,65 @@ TEST(CliLive, DurationOnARunningJobAndCtrlCEndsEarly) {
   EXPECT_FALSE(j["live"]["hooks"].empty());
 }
 
+// The prog ids a process holds, from its fdinfo ("prog_id:" lines).
+std::vector<int> bpf_prog_ids_of(int pid) {
+  std::vector<int> ids;
+  auto r = run_command({"/bin/sh", "-c", "cat /proc/" + std::to_string(pid) + "/fdinfo/* 2>/dev/null"});
+  size_t pos = 0;
+  while ((pos = r.out.find("prog_id:", pos)) != std::string::npos) {
+    pos += 8;
+    ids.push_back(std::atoi(r.out.c_str() + pos));
+  }
+  return ids;
+}
+
+TEST(CliLive, SigkillMidTraceLeavesNothingAttached) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload job({repro_path("repro_sleeper")});
+  ASSERT_FALSE(job.wait_for_line("READY").empty());
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t tracer = fork();
+  if (tracer == 0) {
+    dup2(out[1], STDERR_FILENO);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    std::string pid = std::to_string(job.pid());
+    execl(hangtrace_path().c_str(), "hangtrace", "--pid", pid.c_str(), "--duration", "600",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  while (text.find("hangtrace: tracing") == std::string::npos) {
+    pollfd p{out[0], POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, 30000), 0) << "hangtrace never started tracing: " << text;
+    char buf[1024];
+    ssize_t n = read(out[0], buf, sizeof buf);
+    ASSERT_GT(n, 0) << text;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  std::vector<int> progs = bpf_prog_ids_of(tracer);
+  ASSERT_GE(progs.size(), 5u) << "hangtrace should hold its live programs";
+  kill(tracer, SIGKILL);
+  int status = 0;
+  waitpid(tracer, &status, 0);
+  close(out[0]);
+  // The kernel frees programs once the last fd (and link) is gone.
+  for (int id : progs) {
+    CommandResult r;
+    for (int i = 0; i < 100; ++i) {
+      r = run_command({"bpftool", "prog", "show", "id", std::to_string(id)});
+      if (r.exit_code != 0) break;
+      usleep(50000);
+    }
+    EXPECT_NE(r.exit_code, 0) << "program " << id << " still loaded: " << r.out;
+  }
+  auto links = run_command({"bpftool", "link", "show"});
+  for (int id : progs)
+    EXPECT_EQ(links.out.find("prog " + std::to_string(id) + "\n"), std::string::npos) << links.out;
+}
+
 TEST(CliLive, ListHooksSaysWhatIsActive) {
   HANGTRACE_REQUIRE_BPF();
   auto r = run_command({hangtrace_path(), "--list-hooks"});

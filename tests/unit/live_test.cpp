@@ -229,6 +229,41 @@ TEST(LiveRules, MemoryGrowthNeedsRealGrowth) {
   EXPECT_EQ(find_kind(diagnose(job_snapshot(), {}, &steady), "memory-growth"), nullptr);
 }
 
+TEST(LiveRules, StuckThreadsSayWhoLastWokeThem) {
+  // A worker blocked forever on a private lock, main waiting for it.
+  Snapshot s = job_snapshot();
+  s.processes[0].threads[0].state = 'S';
+  s.processes[0].threads[0].syscall = {SyscallState::Mode::InSyscall, 61, {200, 0, 0, 0, 0, 0}, 0, 0};
+  ProcessInfo w;
+  w.pid = 200;
+  w.ppid = 100;
+  w.comm = "python3";
+  w.state = 'S';
+  w.role = ProcessRole::Descendant;
+  ThreadInfo t;
+  t.tid = 200;
+  t.state = 'S';
+  t.syscall = {SyscallState::Mode::InSyscall, 202, {0x4000, 9 | 128, 0, 0, 0, 0}, 0, 0};
+  w.threads.push_back(t);
+  s.processes.push_back(w);
+  Aggregator agg;
+  auto wake = record<ht_wakeup_event>(HT_EV_WAKEUP, 100, 100, 1'000'000'000ull, "python3");
+  wake.waker_tgid = 200;
+  wake.waker_tid = 200;
+  std::strncpy(wake.waker_comm, "python3", sizeof wake.waker_comm);
+  agg.add(decoded(wake));
+  LiveObservation live = agg.finish(0, 4'000'000'000ull, 1, 0);
+  Diagnosis d = diagnose(s, {}, &live);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].kind, "orphaned-lock");
+  std::string all;
+  for (const auto& e : d.findings[0].evidence) all += e + "\n";
+  EXPECT_NE(all.find("main 100 (python3) was last woken by 200 (python3, tid 200) 3.0 s before"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("nothing woke worker 200"), std::string::npos) << all;
+}
+
 TEST(LiveAggregate, MemoryStaysBounded) {
   Aggregator agg(/*per_thread_intervals=*/8, /*max_list=*/16);
   for (int i = 0; i < 10000; ++i) {

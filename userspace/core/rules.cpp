@@ -824,6 +824,34 @@ class Analyzer {
     }
   }
 
+  // What the live window saw of the stuck threads: who last woke them, and
+  // since when nothing has.
+  void add_live_evidence() {
+    for (auto& f : d_.findings) {
+      if (f.kind == "process-killed" || f.kind == "memory-growth") continue;
+      std::vector<int> tids = f.tids;
+      if (std::find(tids.begin(), tids.end(), snap_.target_pid) == tids.end() && !f.chain.empty())
+        tids.insert(tids.begin(), snap_.target_pid);
+      size_t shown = 0;
+      for (int tid : tids) {
+        if (shown++ >= 4) break;
+        auto it = live_->last_waker.find(tid);
+        if (it != live_->last_waker.end()) {
+          double ago = live_->end_ns > it->second.ts_ns ? (live_->end_ns - it->second.ts_ns) / 1e9 : 0;
+          f.evidence.push_back(
+              fmt::format("live: {} was last woken by {} ({}, tid {}) {:.1f} s before the end of "
+                          "the {:.1f} s window",
+                          thread_label(tid), it->second.waker_tgid, it->second.waker_comm,
+                          it->second.waker_tid, ago, live_->duration_s));
+        } else {
+          f.evidence.push_back(fmt::format("live: nothing woke {} during the {:.1f} s window",
+                                           thread_label(tid), live_->duration_s));
+        }
+      }
+      break;  // the verdict's finding is enough
+    }
+  }
+
   // ---- verdict --------------------------------------------------------------------------
   void finish() {
     std::stable_sort(d_.findings.begin(), d_.findings.end(), [](const Finding& a, const Finding& b) {
@@ -832,6 +860,7 @@ class Analyzer {
       return a.rank < b.rank;
     });
     for (size_t i = 0; i < d_.findings.size(); ++i) d_.findings[i].id = fmt::format("F{}", i + 1);
+    if (live_) add_live_evidence();
     size_t threads = g().threads.size(), blocked = 0, timed = 0;
     for (const auto& [tid, w] : g().threads) {
       if (w.activity == Activity::Blocked) ++blocked;
