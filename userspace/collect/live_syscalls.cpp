@@ -53,37 +53,16 @@ class SyscallsModule : public TracerModule {
 
   Result<bool> attach() override {
     hooks_.clear();
-    struct Hook {
-      bpf_program* prog;
-      bpf_link** link;
-      const char* attach;
-      bool required;  // without it the concern reports nothing
-    };
-    const Hook table[] = {
-        {skel_->progs.syscalls_sys_enter, &skel_->links.syscalls_sys_enter, "raw_tp/sys_enter", true},
-        {skel_->progs.syscalls_sys_exit, &skel_->links.syscalls_sys_exit, "raw_tp/sys_exit", true},
-        // Only the stacks of waits depend on this one.
-        {skel_->progs.syscalls_sched_switch, &skel_->links.syscalls_sched_switch, "raw_tp/sched_switch",
-         false},
-    };
-    for (const Hook& h : table) {
-      HookStatus st;
-      st.concern = name();
-      st.program = bpf_program__name(h.prog);
-      st.attach = h.attach;
-      *h.link = bpf_program__attach(h.prog);
-      if (!*h.link) {
-        int err = errno;
-        *h.link = nullptr;
-        if (h.required)
-          return make_error(fmt::format("failed to attach {}: {}", st.program, errno_text(err)));
-        st.reason = "attach failed: " + errno_text(err) + " (blocking calls reported without stacks)";
-      } else {
-        st.active = true;
-      }
-      hooks_.push_back(st);
-    }
-    return true;
+    return attach_hooks(
+        name(),
+        {
+            {skel_->progs.syscalls_sys_enter, &skel_->links.syscalls_sys_enter, "raw_tp/sys_enter", true, ""},
+            {skel_->progs.syscalls_sys_exit, &skel_->links.syscalls_sys_exit, "raw_tp/sys_exit", true, ""},
+            // Only the stacks of waits depend on this one.
+            {skel_->progs.syscalls_sched_switch, &skel_->links.syscalls_sched_switch, "raw_tp/sched_switch",
+             false, "blocking calls reported without stacks"},
+        },
+        hooks_);
   }
 
   std::vector<HookStatus> hooks() const override { return hooks_; }

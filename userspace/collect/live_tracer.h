@@ -27,11 +27,11 @@ struct LiveOptions {
 
 // One hook of one concern, for the "which hooks are active" listing.
 struct HookStatus {
-  std::string concern;    // "futex", "process", ...
-  std::string program;    // "sched_process_fork_btf"
-  std::string attach;     // "tp_btf/sched_process_fork"
+  std::string concern;  // "futex", "process", ...
+  std::string program;  // "sched_process_fork_btf"
+  std::string attach;   // "tp_btf/sched_process_fork"
   bool active = false;
-  std::string reason;     // why not active ("tp_btf unavailable: ...", "fentry upgrade not supported")
+  std::string reason;  // why not active ("tp_btf unavailable: ...", "fentry upgrade not supported")
 };
 
 // The fds of the maps every concern shares (created once, before any load).
@@ -40,6 +40,20 @@ struct SharedMaps {
   // Points `obj`'s maps of these names at the shared fds; call before load.
   Result<bool> reuse_in(struct bpf_object* obj) const;
 };
+
+// One program to attach, for attach_hooks().
+struct HookSpec {
+  struct bpf_program* prog;
+  struct bpf_link** link;  // the skeleton's link slot
+  const char* attach;      // "raw_tp/sys_enter", for the listing
+  bool required;           // without it the concern reports nothing
+  const char* without_it;  // what is lost when an optional one fails
+};
+
+// Attaches each program and records a HookStatus for it; fails only when a
+// required one cannot attach ("failed to attach PROG: reason").
+Result<bool> attach_hooks(const char* concern, const std::vector<HookSpec>& specs,
+                          std::vector<HookStatus>& out);
 
 // A concern: one BPF object (skeleton) and its hooks. Implementations live in
 // userspace/collect/live_<concern>.cpp and are listed in live_tracer.cpp.
@@ -64,7 +78,7 @@ class LiveTracer {
   int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
   void trace_tgid(int tgid);
   std::vector<HookStatus> hooks() const;
-  uint64_t counter(int index) const;   // summed over CPUs (enum ht_counter)
+  uint64_t counter(int index) const;  // summed over CPUs (enum ht_counter)
   // Symbolized later by the caller; raw addresses of a stack id, innermost first.
   std::vector<uint64_t> stack(int32_t stack_id) const;
 
