@@ -19,16 +19,6 @@ static_assert(offsetof(ht_rss_event, anon_bytes) == 48);
 
 namespace {
 
-uint32_t page_shift() {
-  long page = sysconf(_SC_PAGESIZE);
-  uint32_t shift = 0;
-  while (page > 1) {
-    page >>= 1;
-    ++shift;
-  }
-  return shift ? shift : 12;
-}
-
 class MemoryModule : public TracerModule {
  public:
   ~MemoryModule() override {

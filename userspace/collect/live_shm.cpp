@@ -26,16 +26,6 @@ static_assert(offsetof(ht_shm_event, fs_used) == 144);
 
 namespace {
 
-uint32_t page_shift() {
-  long page = sysconf(_SC_PAGESIZE);
-  uint32_t shift = 0;
-  while (page > 1) {
-    page >>= 1;
-    ++shift;
-  }
-  return shift ? shift : 12;
-}
-
 class ShmModule : public TracerModule {
  public:
   ~ShmModule() override {

@@ -1,5 +1,7 @@
 #include "live_twin_hooks.h"
 
+#include <unistd.h>
+
 #include <bpf/btf.h>
 #include <fmt/format.h>
 
@@ -143,6 +145,16 @@ Result<bool> TwinHooks::attach() {
 void TwinHooks::detach() {
   for (bpf_link* l : links_) bpf_link__destroy(l);
   links_.clear();
+}
+
+uint32_t page_shift() {
+  long page = sysconf(_SC_PAGESIZE);
+  uint32_t shift = 0;
+  while (page > 1) {
+    page >>= 1;
+    ++shift;
+  }
+  return shift ? shift : 12;
 }
 
 }  // namespace hangtrace

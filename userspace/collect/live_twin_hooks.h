@@ -11,6 +11,7 @@
 
 #include <bpf/libbpf.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -59,5 +60,8 @@ class TwinHooks {
   std::vector<bpf_link*> links_;
   std::vector<HookStatus> hooks_;
 };
+
+// log2 of the page size, for BPF programs that turn page counts into bytes.
+uint32_t page_shift();
 
 }  // namespace hangtrace
