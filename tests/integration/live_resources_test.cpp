@@ -31,89 +31,13 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::hangtrace::testing::repro_path;
+using ::hangtrace::testing::Workload;
 
 constexpr int kTcpSynSent = 2, kTcpEstablished = 1, kTcpSynRecv = 3, kTcpFinWait1 = 4, kTcpFinWait2 = 5,
               kTcpClose = 7, kTcpCloseWait = 8, kTcpLastAck = 9, kTcpListen = 10;
 
 // A workload with both ends piped: stdout read line by line, stdin written
 // to release it. Its process group is killed on destruction.
-class GatedWorkload {
- public:
-  explicit GatedWorkload(std::vector<std::string> argv) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      dup2(in[0], STDIN_FILENO);
-      dup2(out[1], STDOUT_FILENO);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      _exit(127);
-    }
-    setpgid(pid_, pid_);
-    close(in[0]);
-    close(out[1]);
-    stdin_fd_ = in[1];
-    stdout_fd_ = out[0];
-  }
-  ~GatedWorkload() {
-    if (pid_ > 0) {
-      ::kill(-pid_, SIGKILL);
-      ::kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(stdin_fd_);
-    close(stdout_fd_);
-  }
-  GatedWorkload(const GatedWorkload&) = delete;
-  GatedWorkload& operator=(const GatedWorkload&) = delete;
-
-  int pid() const { return pid_; }
-  void release() {
-    if (write(stdin_fd_, "go\n", 3) != 3) throw std::runtime_error("releasing the workload failed");
-  }
-  // The first stdout line starting with `prefix`, "" on EOF or timeout.
-  std::string wait_for_line(const std::string& prefix, std::chrono::milliseconds timeout = 30s) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      size_t nl;
-      while ((nl = buffer_.find('\n')) != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        if (line.rfind(prefix, 0) == 0) return line;
-      }
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return "";
-      pollfd p{stdout_fd_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[4096];
-      ssize_t n = read(stdout_fd_, buf, sizeof buf);
-      if (n <= 0) return "";
-      buffer_.append(buf, static_cast<size_t>(n));
-    }
-  }
-  // Waits for it to exit (its stdout reaching EOF first); the wait status,
-  // or -1 after `timeout`.
-  int wait_exit(std::chrono::milliseconds timeout = 30s) {
-    while (!wait_for_line("\x01", timeout).empty()) {
-    }
-    int status = 0;
-    if (waitpid(pid_, &status, 0) != pid_) return -1;
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  int pid_ = -1;
-  int stdin_fd_ = -1;
-  int stdout_fd_ = -1;
-  std::string buffer_;
-};
 
 // "KEY=12" in a line -> 12, -1 when absent.
 int field(const std::string& line, const std::string& key) {
@@ -217,7 +141,7 @@ std::vector<ht_shm_event> with_op(const std::vector<ht_shm_event>& events, uint3
 
 TEST_P(LiveResources, ShmProducerDiesOfSigbusOnAFullTmpfs) {
   HANGTRACE_REQUIRE_BPF();
-  GatedWorkload w({repro_path("repro_live_shm"), "sigbus"});
+  Workload w({repro_path("repro_live_shm"), "sigbus"}, /*gated_stdin=*/true);
   int pid = field(w.wait_for_line("READY"), "pid");
   ASSERT_GT(pid, 0);
   auto t = start_tracer(pid);
@@ -283,7 +207,7 @@ TEST_P(LiveResources, ShmProducerDiesOfSigbusOnAFullTmpfs) {
 
 TEST_P(LiveResources, ShmFallocatePastTheTmpfsSizeIsEnospc) {
   HANGTRACE_REQUIRE_BPF();
-  GatedWorkload w({repro_path("repro_live_shm"), "fallocate"});
+  Workload w({repro_path("repro_live_shm"), "fallocate"}, /*gated_stdin=*/true);
   int pid = field(w.wait_for_line("READY"), "pid");
   ASSERT_GT(pid, 0);
   auto t = start_tracer(pid);
@@ -348,7 +272,7 @@ std::string describe(const std::vector<ht_tcp_event>& events) {
 
 TEST_P(LiveResources, TcpStateChangesOfATracedClientAndServer) {
   HANGTRACE_REQUIRE_BPF();
-  GatedWorkload w({repro_path("repro_live_tcp")});
+  Workload w({repro_path("repro_live_tcp")}, /*gated_stdin=*/true);
   std::string ready = w.wait_for_line("READY");
   int pid = field(ready, "pid"), port = field(ready, "port");
   ASSERT_GT(pid, 0);
@@ -400,7 +324,7 @@ TEST_P(LiveResources, TcpStateChangesOfATracedClientAndServer) {
 
 TEST_P(LiveResources, RssGrowthIsStreamedInSteps) {
   HANGTRACE_REQUIRE_BPF();
-  GatedWorkload w({repro_path("repro_live_rss")});
+  Workload w({repro_path("repro_live_rss")}, /*gated_stdin=*/true);
   int pid = field(w.wait_for_line("READY"), "pid");
   ASSERT_GT(pid, 0);
   auto t = start_tracer(pid, 32u << 20);

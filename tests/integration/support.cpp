@@ -31,13 +31,15 @@ static std::vector<char*> to_argv(std::vector<std::string>& args) {
   return out;
 }
 
-Workload::Workload(std::vector<std::string> argv) {
-  int fds[2];
+Workload::Workload(std::vector<std::string> argv, bool gated_stdin) {
+  int fds[2], in[2] = {-1, -1};
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  if (gated_stdin && pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
     setpgid(0, 0);
+    if (gated_stdin) dup2(in[0], STDIN_FILENO);
     dup2(fds[1], STDOUT_FILENO);
     auto args = to_argv(argv);
     execvp(args[0], args.data());
@@ -46,11 +48,30 @@ Workload::Workload(std::vector<std::string> argv) {
   setpgid(pid_, pid_);
   close(fds[1]);
   stdout_fd_ = fds[0];
+  if (gated_stdin) {
+    close(in[0]);
+    stdin_fd_ = in[1];
+  }
 }
 
 Workload::~Workload() {
   kill_all();
   if (stdout_fd_ >= 0) close(stdout_fd_);
+  if (stdin_fd_ >= 0) close(stdin_fd_);
+}
+
+void Workload::release() {
+  if (stdin_fd_ < 0 || write(stdin_fd_, "go\n", 3) != 3)
+    throw std::runtime_error("releasing the workload failed");
+}
+
+int Workload::wait_exit(std::chrono::milliseconds timeout) {
+  // "\x01" never starts a line: this reads to EOF (or the timeout).
+  wait_for_line("\x01", timeout);
+  int status = 0;
+  if (pid_ <= 0 || waitpid(pid_, &status, 0) != pid_) return -1;
+  pid_ = -1;
+  return status;
 }
 
 void Workload::kill_all() {

@@ -27,7 +27,9 @@ std::string missing_privileges();
 // whole process group) on destruction.
 class Workload {
  public:
-  explicit Workload(std::vector<std::string> argv);
+  // With `gated_stdin`, the child's stdin is a pipe: workloads that must not
+  // start before a tracer is attached wait for the line release() writes.
+  explicit Workload(std::vector<std::string> argv, bool gated_stdin = false);
   ~Workload();
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -38,9 +40,15 @@ class Workload {
   std::string wait_for_line(const std::string& prefix,
                             std::chrono::milliseconds timeout = std::chrono::seconds(60));
   void kill_all();
+  // Writes "go\n" to a gated workload's stdin.
+  void release();
+  // Reads stdout to EOF, then reaps the child: its wait status, or -1 if its
+  // stdout did not close within `timeout`.
+  int wait_exit(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
  private:
   int pid_ = -1;
+  int stdin_fd_ = -1;
   int stdout_fd_ = -1;
   std::string buffer_;
 };
