@@ -13,8 +13,11 @@
  * other event is streamed only for sockets in that map, attributed to the
  * owner recorded there.
  *
- * Limitation: a connection established before hangtrace attached is seen
- * only from its owner's next process-context transition (its close).
+ * Sockets the traced processes already had open when tracing started (a job
+ * attached to while it hangs in connect() or recv()) make no such transition
+ * while they hang; userspace lists them by socket inode in `open_socks` just
+ * after attaching (from /proc/PID/fd), and the first event of such a socket
+ * (a retransmit, a state change in softirq) adopts it into `traced_socks`.
  */
 #include "vmlinux.h"
 
@@ -72,6 +75,22 @@ struct {
   __type(key, struct listen_key);
   __type(value, struct sock_owner);
 } traced_listeners SEC(".maps");
+
+/* What userspace knows of an open socket's owner: struct ht_sock_owner in
+ * userspace/collect/live_net.cpp. */
+struct open_sock_owner {
+  __u32 tgid;
+  __u32 tid;
+  char comm[HT_COMM_LEN];
+};
+
+/* Key: the socket's inode number (sockfs: unique while the socket lives). */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u64);
+  __type(value, struct open_sock_owner);
+} open_socks SEC(".maps");
 
 static __always_inline struct listen_key listen_key_of(const struct sock* sk) {
   struct listen_key k = {};
@@ -144,6 +163,22 @@ static __always_inline void emit(__u32 type, const struct sock* sk, struct sock_
   ht_submit(e);
 }
 
+/* A socket a traced process had open when tracing started: adopted into
+ * traced_socks (endpoints filled in by its first event); NULL otherwise. */
+static __always_inline struct sock_owner* adopt_open_sock(const struct sock* sk) {
+  __u64 ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
+  if (!ino) return NULL;
+  struct open_sock_owner* known = bpf_map_lookup_elem(&open_socks, &ino);
+  if (!known) return NULL;
+  struct sock_owner o = {};
+  o.tgid = known->tgid;
+  o.tid = known->tid;
+  __builtin_memcpy(o.comm, known->comm, sizeof(o.comm));
+  __u64 key = (__u64)sk;
+  bpf_map_update_elem(&traced_socks, &key, &o, BPF_NOEXIST);
+  return bpf_map_lookup_elem(&traced_socks, &key);
+}
+
 /* The socket's owner when it is a traced socket (claiming it first when this
  * transition is one its owner makes in process context); NULL otherwise. */
 static __always_inline struct sock_owner* owner_of(const struct sock* sk, int oldstate, int newstate) {
@@ -152,9 +187,9 @@ static __always_inline struct sock_owner* owner_of(const struct sock* sk, int ol
   if (owner) return owner;
 
   struct sock_owner o = {};
-  if (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN || newstate == TCP_FIN_WAIT1 ||
-      newstate == TCP_LAST_ACK) {
-    if (!ht_current_traced()) return NULL;
+  if ((newstate == TCP_SYN_SENT || newstate == TCP_LISTEN || newstate == TCP_FIN_WAIT1 ||
+       newstate == TCP_LAST_ACK) &&
+      ht_current_traced()) {
     current_owner(&o);
     if (newstate == TCP_LISTEN) {
       struct listen_key lk = listen_key_of(sk);
@@ -169,7 +204,7 @@ static __always_inline struct sock_owner* owner_of(const struct sock* sk, int ol
     o.tid = l->tid;
     __builtin_memcpy(o.comm, l->comm, sizeof(o.comm));
   } else {
-    return NULL;
+    return adopt_open_sock(sk);
   }
   bpf_map_update_elem(&traced_socks, &key, &o, BPF_ANY);
   return bpf_map_lookup_elem(&traced_socks, &key);
@@ -213,6 +248,7 @@ static __always_inline int handle_retransmit(const struct sock* sk, bool btf) {
   if (!sk) return 0;
   __u64 key = (__u64)sk;
   struct sock_owner* owner = bpf_map_lookup_elem(&traced_socks, &key);
+  if (!owner) owner = adopt_open_sock(sk);
   if (!owner) return 0;
   int state = BPF_CORE_READ(sk, __sk_common.skc_state);
   /* Both states are the socket's state when it retransmitted. */

@@ -11,6 +11,16 @@
 #                     batch handover)
 #   tmpfs faults      N times: a fresh 4 MiB /dev/shm file, mapped, one write
 #                     per page, unmapped, unlinked
+#   futex storm       event_storm: N FUTEX_WAITs on a mismatched word (EAGAIN
+#                     at once); under hangtrace* each is one futex-wait record
+#   pipe storm        event_storm --pipe: N read()s of an empty O_NONBLOCK
+#                     pipe; under hangtrace* each is one syscall-block record
+#   The two storms measure the live transport and aggregator: after the main
+#   table an "event rate" section gives, per tracer, the events/s the workload
+#   produced, the events/s hangtrace delivered through its aggregator (events
+#   minus dropped from its JSON), drops, the tracer's CPU (and per event: its
+#   CPU under hangtrace* minus under hangtrace, over the extra events), RSS
+#   and the workload's slowdown.
 # Configurations, side by side in one run, interleaved round-robin:
 #   untraced
 #   hangtrace -- W                 live tracing from the first instruction,
@@ -48,7 +58,10 @@
 #
 # Env: HANGTRACE_BIN (./build/hangtrace), REPS (5), SCALE (1.0: iteration
 #      multiplier), STRACE_SCALE (0.2), PIN (1), BPF_STATS (0), KEEP (keep
-#      the temp dir).
+#      the temp dir), ONLY (comma-separated workloads, by name or a part of
+#      it: ONLY="storm" runs the two storms, ONLY="futex ping,pipe ping"),
+#      TOOLS (comma-separated configs, exact names: TOOLS="untraced,hangtrace,
+#      hangtrace*,bpftrace"; untraced always runs: slowdowns need it).
 # Needs root. Tools that are missing are reported as "not installed"; this
 # script installs nothing.
 set -euo pipefail
@@ -76,7 +89,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for w in futex_pingpong pipe_pingpong shm_prodcons tmpfs_faults; do
+for w in futex_pingpong pipe_pingpong shm_prodcons tmpfs_faults event_storm; do
   g++ -std=c++20 -O2 -Wall -Wextra -pthread -o "$tmp/$w" "$SRC/$w.cpp" -lrt || die "failed to compile $w"
 done
 
@@ -86,7 +99,7 @@ if [[ ${BPF_STATS:-0} == 1 ]]; then
 fi
 
 BPF_STATS=${BPF_STATS:-0} HANGTRACE_BIN=$(realpath -m "$HANGTRACE_BIN") BIN_DIR=$tmp REPS=$REPS SCALE=$SCALE STRACE_SCALE=$STRACE_SCALE \
-  PIN=${PIN:-1} \
+  PIN=${PIN:-1} ONLY=${ONLY:-} TOOLS=${TOOLS:-} \
   "$PYTHON" - <<'EOF'
 import json, os, re, shutil, signal, statistics, subprocess, sys, time
 
@@ -101,13 +114,23 @@ BPF_STATS = os.environ.get("BPF_STATS") == "1"
 PIN_CPU = (os.cpu_count() - 1) if os.environ.get("PIN", "1") != "0" and shutil.which("taskset") else None
 
 # name, binary, iterations at SCALE 1 (~0.3 s untraced on a 2-core VM), whether
-# strace runs fewer of them (syscall-bound: every call stops twice in strace)
+# strace runs fewer of them (syscall-bound: every call stops twice in strace),
+# extra arguments
 WORKLOADS = [
-    ("futex ping-pong", "futex_pingpong", 20000, True),
-    ("pipe ping-pong", "pipe_pingpong", 20000, True),
-    ("shm prod-cons", "shm_prodcons", 300, False),
-    ("tmpfs faults", "tmpfs_faults", 20, False),
+    ("futex ping-pong", "futex_pingpong", 20000, True, []),
+    ("pipe ping-pong", "pipe_pingpong", 20000, True, []),
+    ("shm prod-cons", "shm_prodcons", 300, False, []),
+    ("tmpfs faults", "tmpfs_faults", 20, False, []),
+    # One live record per call under hangtrace*: the transport's rate.
+    ("futex storm", "event_storm", 1000000, True, []),
+    ("pipe storm", "event_storm", 1000000, True, ["--pipe"]),
 ]
+ONLY = [x.strip().lower() for x in os.environ.get("ONLY", "").split(",") if x.strip()]
+if ONLY:
+    WORKLOADS = [w for w in WORKLOADS if any(o in w[0] for o in ONLY)]
+    if not WORKLOADS:
+        sys.exit("bench_live: ONLY=%s matches no workload" % os.environ["ONLY"])
+TOOLS = [x.strip() for x in os.environ.get("TOOLS", "").split(",") if x.strip()]
 
 
 def have(tool):
@@ -156,6 +179,12 @@ CONFIGS = [
     ("offcputime", "attach", ["offcputime", "-p", "{pid}", "600"], 1.0,
      None if (have("offcputime") or os.path.exists("/usr/sbin/offcputime")) else "not installed"),
 ]
+if TOOLS:
+    unknown = set(TOOLS) - {c[0] for c in CONFIGS}
+    if unknown:
+        sys.exit("bench_live: TOOLS: no config named %s (have: %s)"
+                 % (", ".join(sorted(unknown)), ", ".join(c[0] for c in CONFIGS)))
+    CONFIGS = [c for c in CONFIGS if c[0] == "untraced" or c[0] in TOOLS]
 
 
 def proc_cpu_s(pid):
@@ -259,7 +288,7 @@ def read_result(path):
 
 def run_one(config, workload, rep):
     name, how, pre, scale, _ = config
-    _, binary, iters, syscall_bound = workload
+    _, binary, iters, syscall_bound, extra = workload
     n = max(1, int(iters * SCALE * (scale if syscall_bound else 1.0)))
     out = os.path.join(TMP, "result")
     js = os.path.join(TMP, "hangtrace.json")
@@ -267,7 +296,7 @@ def run_one(config, workload, rep):
     for p in (out, js):
         if os.path.exists(p):
             os.unlink(p)
-    wl = [os.path.join(BIN, binary), str(n), "--out", out]
+    wl = [os.path.join(BIN, binary)] + extra + [str(n), "--out", out]
     if PIN_CPU is not None:
         wl = [shutil.which("taskset"), "-c", str(PIN_CPU)] + wl   # execs the workload: same pid
     row = {"cpu": None, "hwm": None, "events": None, "dropped": None, "error": None, "wall": None}
@@ -409,6 +438,60 @@ if BPF_STATS:
                 if cnt:
                     parts.append("%s %.0fx%.0fns" % (n, cnt, ns or 0))
             print("  %-11s %-16s %s" % (c[0], w[0], ", ".join(parts)))
+    print()
+STORMS = [w for w in WORKLOADS if "storm" in w[0]]
+if STORMS:
+    print("event rate (one record per call under hangtrace*; the goal: >= 1 M events/s through the")
+    print("aggregator, 0 dropped, tracer RSS <= 64 MiB, with the workload on CPU %s and the tracer free):"
+          % (PIN_CPU if PIN_CPU is not None else "-"))
+    hdr = "%-12s %-11s %9s %9s %10s %8s %7s %9s %8s %9s" % (
+        "workload", "config", "calls/s", "slowdown", "delivered/s", "dropped", "cpu_s", "cpu_ns/ev", "rss_MiB",
+        "kern_ns/ev")
+    print(hdr)
+    print("-" * len(hdr))
+    for w in STORMS:
+        base = med([r["loop_ns"] / r["iters"] for r in results.get(("untraced", w[0]), []) if "loop_ns" in r])
+
+        def ok_rows(label):
+            return [r for r in results.get((label, w[0]), []) if "loop_ns" in r and not r.get("error")]
+
+        # The tracer's fixed cost (start-up, report) from the run that streams
+        # next to nothing (hangtrace, 5 ms threshold): what hangtrace* spends
+        # beyond it is the per-event cost of the transport + aggregator.
+        quiet = ok_rows("hangtrace")
+        quiet_cpu = med([r["cpu"] for r in quiet])
+        quiet_ev = med([r["events"] for r in quiet]) or 0
+        for c in CONFIGS:
+            rows = ok_rows(c[0])
+            if c[4] or not rows:
+                continue
+            per_op = med([r["loop_ns"] / r["iters"] for r in rows])
+            calls_s = 1e9 / per_op
+            delivered = dropped = cpu_ev = kern_ev = None
+            if c[0].startswith("hangtrace"):
+                got = [r for r in rows if r["events"] is not None]
+                delivered = med([(r["events"] - (r["dropped"] or 0)) / (r["loop_ns"] / 1e9) for r in got])
+                dropped = med([r["dropped"] for r in got])
+                if c[0] == "hangtrace*" and quiet_cpu is not None:
+                    cpu_ev = med([(r["cpu"] - quiet_cpu) * 1e9 / (r["events"] - quiet_ev) for r in got
+                                  if r["cpu"] is not None and r["events"] > quiet_ev])
+                # All of hangtrace's programs, machine-wide, over the records it
+                # streamed (meaningful where nearly every record is the storm's).
+                kern_ev = med([sum(v[1] for v in r["progs"].values()) / r["events"] for r in got
+                               if r.get("progs") and r["events"]])
+            print("%-12s %-11s %9.0f %8sx %10s %8s %7s %9s %8s %9s" % (
+                w[0], c[0], calls_s, fmt(per_op / base if base else None, ".2f"), fmt(delivered, ".0f"),
+                fmt(dropped, ".0f"), fmt(med([r["cpu"] for r in rows]), ".2f"),
+                fmt(cpu_ev, ".0f") if c[0] == "hangtrace*" else "",
+                fmt(med([r["hwm"] / 1024 if r["hwm"] else None for r in rows]), ".1f"),
+                fmt(kern_ev, ".0f") if c[0] == "hangtrace*" else ""))
+        print()
+    print("(calls/s: the workload's calls per second of its loop -- under hangtrace* also the records it")
+    print(" produced; delivered/s: hangtrace's events minus dropped over the loop time; cpu_ns/ev: the")
+    print(" tracer's CPU under hangtrace* minus under hangtrace (which streams next to nothing), per extra")
+    print(" event; kern_ns/ev: with BPF_STATS=1, the run time of all of hangtrace's programs (machine-wide)")
+    print(" per record streamed. bpftrace counts calls in the kernel (no per-event transport); perf trace")
+    print(" and strace format every syscall in user space.)")
     print()
 print("(hangtrace*: --min-block-ms 0, every wait streamed. loop_ms: median loop time (strace runs %.0f%%"
       % (STRACE_SCALE * 100))

@@ -116,6 +116,9 @@ struct Finding {
   std::vector<std::string> advice;
   nlohmann::json details = nlohmann::json::object();
   int rank = 0;  // ordering key, lower first (not exported)
+  // Threads along `chain`, the target's main thread first (not exported):
+  // with `tids`, the set of threads whose waits make up this finding.
+  std::vector<int> chain_tids;
 };
 
 struct AnalysisOptions {
@@ -131,12 +134,36 @@ struct Verdict {
   std::string summary;
 };
 
+// When the job stopped making progress: the moment the last thread of the
+// stuck set (the top finding's threads and the main thread's chain to them)
+// entered the wait it is still in. Blocked times come from the snapshot, so a
+// wait that began before hangtrace attached counts; a wakeup seen live moves
+// a thread's wait start later (it ran after it).
+struct ProgressStop {
+  // CLOCK_MONOTONIC, the live events' clock; 0 when the snapshot has no clock pair.
+  uint64_t monotonic_ns = 0;
+  double unix_time = 0;  // wall clock, seconds
+  double ago_s = 0;      // before the snapshot (or the end of a live window after it)
+  std::string basis;     // "snapshot", "snapshot+live" (a live wakeup agrees or moved it later), "live"
+  // Only timed waits in the stuck set: a retry loop re-enters its wait at every
+  // timeout, so progress stopped at this moment or earlier.
+  bool at_the_latest = false;
+  int tid = 0, pid = 0;  // the thread that blocked last
+  std::string comm;
+  std::string thread;               // "worker 212 (pt_data_worker)"
+  std::string waits_on;             // its wait summary
+  std::vector<int> tids;            // the stuck set that was considered
+  int timed_waits_not_counted = 0;  // timed waits left out because untimed ones decide
+  std::string live_note;            // what the live window saw of the last thread, or ""
+};
+
 struct Diagnosis {
   WaitGraph graph;
   std::vector<Finding> findings;
   Verdict verdict;
-  std::vector<int> deadlocked_tids;           // certain: no timed wait involved
-  std::vector<int> probably_deadlocked_tids;  // only with timed retry loops counted
+  std::optional<ProgressStop> progress_stopped;  // for "hang" and "suspect" verdicts with a stuck set
+  std::vector<int> deadlocked_tids;              // certain: no timed wait involved
+  std::vector<int> probably_deadlocked_tids;     // only with timed retry loops counted
 };
 
 // `live` (optional) adds what was observed while tracing: deaths and their

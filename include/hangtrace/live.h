@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hangtrace/result.h"
@@ -131,7 +132,16 @@ class Aggregator {
  public:
   explicit Aggregator(size_t per_thread_intervals = 64, size_t max_list = 4096)
       : per_thread_(per_thread_intervals), max_list_(max_list) {}
+  Aggregator(const Aggregator&) = delete;  // holds a pointer into itself
+  Aggregator& operator=(const Aggregator&) = delete;
   void add(const TraceEvent& e);
+  // The consumer's hot path, straight from a raw record (abi.h) without
+  // building a TraceEvent: futex waits, futex wakes and blocking syscalls --
+  // nearly every record of a busy job, all of a `--min-block-ms 0` storm --
+  // are checked as decode_event() checks them and aggregated as add() would.
+  // NotHot: any other type (the caller decodes it and calls add()).
+  enum class Raw { Added, NotHot, Undecodable };
+  Raw add_raw(const void* data, size_t size);
   void set_meta(const ProcessMeta& m) { obs_.meta[m.pid] = m; }
   // Keeps the fullest reading: that is what the process ran into.
   void note_shm_usage(int pid, uint64_t used, uint64_t size) {
@@ -139,14 +149,34 @@ class Aggregator {
     if (it == obs_.shm_usage.end() || used > it->second.first) obs_.shm_usage[pid] = {used, size};
   }
   const ProcessMeta* meta(int pid) const;
-  LiveObservation& observation() { return obs_; }
+  // The observation so far (blocked intervals brought up to date).
+  LiveObservation& observation();
   // Closes the window: duration, counters.
   LiveObservation finish(uint64_t start_ns, uint64_t end_ns, uint64_t events, uint64_t dropped);
 
  private:
   ProcessDeath& death_of(int pid);
+  // Blocked intervals are kept raw, per thread, in a fixed ring (no
+  // allocation per record once a thread's ring is full); their `what` text is
+  // formatted only when the observation is read.
+  struct RawInterval {
+    uint64_t start_ns, end_ns;
+    uint64_t key;  // futex: uaddr; syscall: nr
+    int32_t fd;
+    uint32_t type;
+  };
+  struct IntervalRing {
+    std::vector<RawInterval> slots;  // grows to per_thread_, then wraps
+    size_t next = 0;                 // the oldest once full
+  };
+  void add_blocked(const RawInterval& b, int tid);
+  void flush_blocked();
   size_t per_thread_, max_list_;
   LiveObservation obs_;
+  std::unordered_map<int, IntervalRing> rings_;  // by tid; nodes are stable
+  int last_tid_ = 0;
+  IntervalRing* last_ring_ = nullptr;  // rings_[last_tid_]: consecutive records mostly share a thread
+  bool blocked_dirty_ = false;
   std::map<int, TraceEvent> pending_signal_;  // last fatal signal per tgid
   std::map<int, TraceEvent> pending_oom_;
   std::map<int, std::vector<TraceEvent>> recent_shm_;  // per tgid, last few

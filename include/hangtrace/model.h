@@ -174,6 +174,12 @@ struct Snapshot {
   std::string kernel_release;
   double taken_at_unix = 0;    // wall clock, seconds
   double sample_window_s = 0;  // time between progress samples
+  // When the blocked times (KernelTaskView::off_cpu_ns) were read, on both
+  // clocks: places "blocked for X s" on the wall clock, and live events
+  // (CLOCK_MONOTONIC) on the same axis as the snapshot. 0 when unknown (older
+  // snapshot files); readers then fall back to taken_at_unix.
+  double sampled_at_unix = 0;
+  uint64_t sampled_at_monotonic_ns = 0;
   int target_pid = 0;
   std::vector<ProcessInfo> processes;
   std::vector<SocketInfo> sockets;

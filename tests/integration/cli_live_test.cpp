@@ -138,6 +138,47 @@ TEST(CliLive, DurationOnARunningJobAndCtrlCEndsEarly) {
   EXPECT_FALSE(j["live"]["hooks"].empty());
 }
 
+// The text report dates when progress stopped. Every thread of the stuck set
+// (the parent in wait4, the child on its inherited lock) blocked between the
+// launch and the moment /proc showed them all asleep, and the report's
+// snapshot is taken after a 2 s live window, so "N s ago" is bounded by
+// clocks read here, independently of hangtrace.
+TEST(CliLive, ProgressStoppedLineDatesTheHang) {
+  HANGTRACE_REQUIRE_BPF();
+  const auto launched = std::chrono::steady_clock::now();
+  Workload job({repro_path("repro_fork_locked_mutex")});
+  std::vector<int> pids = parse_ready_pids(job.wait_for_line("READY"));
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_EQ(wait_until_blocked(pids[0]), "") << describe_threads(pids[0]);
+  ASSERT_EQ(wait_until_blocked(pids[1]), "") << describe_threads(pids[1]);
+  const auto all_blocked = std::chrono::steady_clock::now();
+  auto r = run_command({hangtrace_path(), "--pid", std::to_string(pids[0]), "--duration", "2"});
+  const auto finished = std::chrono::steady_clock::now();
+  ASSERT_EQ(r.exit_code, 2) << r.err << r.out;
+
+  size_t at = r.out.find("\nPROGRESS STOPPED: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  // "PROGRESS STOPPED: 2024-05-01 12:00:00 UTC, 2.3 s ago: main 123 (repro_fork_lock) was the last ..."
+  size_t utc = line.find(" UTC, ");
+  ASSERT_NE(utc, std::string::npos) << line;
+  ASSERT_NE(line.find(" s ago: ", utc), std::string::npos) << line;
+  const double ago = std::stod(line.substr(utc + 6));
+  auto seconds = [](std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  };
+  // Blocked after `launched`, at the latest by `all_blocked`; sampled after the
+  // 2 s window that began after `all_blocked`, and before `finished`. 0.25 s
+  // covers the scheduler clock's tick and the rounding to 0.1 s.
+  EXPECT_GE(ago, 2.0 - 0.25) << line;
+  EXPECT_LE(ago, seconds(finished - launched) + 0.25) << line;
+  EXPECT_LE(seconds(all_blocked - launched), 5.0) << "the bound above would be loose";
+  EXPECT_TRUE(line.find("main " + std::to_string(pids[0])) != std::string::npos ||
+              line.find("worker " + std::to_string(pids[1])) != std::string::npos)
+      << "the last to block is the parent or its child: " << line;
+  EXPECT_NE(r.out.find("TIMELINES"), std::string::npos) << r.out;
+}
+
 // The prog ids a process holds, from its fdinfo ("prog_id:" lines).
 std::vector<int> bpf_prog_ids_of(int pid) {
   std::vector<int> ids;

@@ -2,7 +2,9 @@
 // with records laid out exactly as the BPF programs write them (abi.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
@@ -277,6 +279,114 @@ TEST(LiveAggregate, MemoryStaysBounded) {
   EXPECT_EQ(o.blocked.size(), 4u);
   for (const auto& [tid, q] : o.blocked) EXPECT_EQ(q.size(), 8u);
   EXPECT_EQ(o.tcp.size(), 16u);
+}
+
+TEST(LiveAggregate, RawHotPathMatchesDecodeAndAdd) {
+  // The consumer's fast path (add_raw) must aggregate exactly what
+  // decode_event + add would, and reject exactly the records decode_event does.
+  std::vector<std::vector<unsigned char>> recs;
+  auto put = [&](const auto& r, size_t size) {
+    const auto* p = reinterpret_cast<const unsigned char*>(&r);
+    recs.emplace_back(p, p + size);
+  };
+  for (int i = 0; i < 200; ++i) {
+    uint32_t tid = 10 + static_cast<uint32_t>(i % 3);
+    auto w = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 10, tid, 1000 + i, "x");
+    w.uaddr = 0x7f0000000000ull + static_cast<uint64_t>(i);
+    w.duration_ns = i % 7 == 0 ? 5000 : 40;  // longer than ts: start clamps to 0
+    put(w, sizeof w);
+    auto k = record<ht_futex_event>(HT_EV_FUTEX_WAKE, 10, tid, 1000 + i, "x");
+    k.ret = 1;
+    put(k, sizeof k);
+    auto sc = record<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, 10, tid, 2000 + i, "x");
+    sc.nr = i % 2 ? 0 : 61;
+    sc.fd = i % 2 ? 3 : -1;
+    sc.duration_ns = 7;
+    put(sc, sizeof sc);
+  }
+  auto w = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 10, 10, 1, "x");
+  put(w, sizeof w - 1);  // too short
+  w.hdr.size = sizeof w + 8;
+  put(w, sizeof w);  // claims more than it has
+  auto sc = record<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, 10, 10, 1, "x");
+  put(sc, sizeof sc - 8);
+  put(sc, 4);  // not even a header
+  auto rss = record<ht_rss_event>(HT_EV_RSS, 10, 10, 5, "x");
+  rss.rss_bytes = 1 << 20;
+  put(rss, sizeof rss);
+  auto unknown = record<ht_rss_event>(99, 10, 10, 5, "x");
+  put(unknown, sizeof unknown);
+
+  Aggregator slow(/*per_thread_intervals=*/16), fast(16);
+  size_t slow_bad = 0, fast_bad = 0, not_hot = 0;
+  for (const auto& r : recs) {
+    auto e = decode_event(r.data(), r.size());
+    if (e) {
+      slow.add(*e);
+    } else {
+      ++slow_bad;
+    }
+    switch (fast.add_raw(r.data(), r.size())) {
+      case Aggregator::Raw::Added:
+        break;
+      case Aggregator::Raw::Undecodable:
+        ++fast_bad;
+        break;
+      case Aggregator::Raw::NotHot:
+        ++not_hot;
+        if (auto d = decode_event(r.data(), r.size())) {
+          fast.add(*d);
+        } else {
+          ++fast_bad;
+        }
+        break;
+    }
+  }
+  EXPECT_EQ(slow_bad, 5u);
+  EXPECT_EQ(fast_bad, slow_bad);
+  EXPECT_EQ(not_hot, 3u);  // the header-less one, rss, the unknown type
+  LiveObservation a = slow.finish(0, 1, recs.size(), 0), b = fast.finish(0, 1, recs.size(), 0);
+  ASSERT_EQ(a.blocked.size(), 3u);
+  ASSERT_EQ(b.blocked.size(), a.blocked.size());
+  for (const auto& [tid, q] : a.blocked) {
+    const auto& p = b.blocked.at(tid);
+    ASSERT_EQ(q.size(), 16u);
+    ASSERT_EQ(p.size(), q.size());
+    for (size_t i = 0; i < q.size(); ++i) {
+      EXPECT_EQ(p[i].start_ns, q[i].start_ns);
+      EXPECT_EQ(p[i].end_ns, q[i].end_ns);
+      EXPECT_EQ(p[i].what, q[i].what);
+    }
+  }
+  EXPECT_EQ(b.rss.at(10).last_bytes, 1u << 20);
+}
+
+TEST(LiveAggregate, BlockedIntervalsKeepTheMostRecentOldestFirst) {
+  Aggregator agg(/*per_thread_intervals=*/3);
+  for (int i = 1; i <= 5; ++i) {
+    auto w = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 1, 1, 100 * i, "x");
+    w.uaddr = 0x1000u * i;
+    w.duration_ns = 10;
+    agg.add(decoded(w));
+    // Read mid-stream: the observation is brought up to date.
+    const auto& q = agg.observation().blocked.at(1);
+    ASSERT_EQ(q.size(), static_cast<size_t>(std::min(i, 3)));
+    EXPECT_EQ(q.back().end_ns, 100u * i);
+  }
+  auto sc = record<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, 1, 1, 600, "x");
+  sc.nr = 0;
+  sc.fd = 4;
+  sc.duration_ns = 50;
+  agg.add(decoded(sc));
+  LiveObservation o = agg.finish(0, 1, 6, 0);
+  const auto& q = o.blocked.at(1);
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].what, "futex 0x4000");
+  EXPECT_EQ(q[0].start_ns, 390u);
+  EXPECT_EQ(q[1].what, "futex 0x5000");
+  EXPECT_EQ(q[2].what, "syscall 0 fd 4");
+  EXPECT_EQ(q[2].start_ns, 550u);
+  EXPECT_EQ(q[2].end_ns, 600u);
 }
 
 }  // namespace

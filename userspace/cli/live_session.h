@@ -49,6 +49,8 @@ class LiveSession {
   std::set<int> traced_;
   uint64_t start_ns_ = 0;
   uint64_t undecodable_ = 0;
+  // A poll that returns fewer records than this is followed by a 1 ms pause.
+  static constexpr int kBatchRecords = 512;
 };
 
 }  // namespace hangtrace

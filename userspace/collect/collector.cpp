@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <fmt/format.h>
 #include <future>
 #include <map>
@@ -62,6 +63,16 @@ double wall_clock_s() {
 
 double monotonic_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Both clocks read back to back: live events carry CLOCK_MONOTONIC, people
+// read wall-clock time, and blocked times are durations back from this instant.
+void record_sample_clocks(Snapshot& snap) {
+  timespec mono{}, wall{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &wall);
+  snap.sampled_at_monotonic_ns = static_cast<uint64_t>(mono.tv_sec) * 1'000'000'000ull + mono.tv_nsec;
+  snap.sampled_at_unix = static_cast<double>(wall.tv_sec) + wall.tv_nsec / 1e9;
 }
 
 // WEXITSTATUS for a normal exit, 128+signal for a killed process (the shell
@@ -663,6 +674,9 @@ void Collector::collect_kernel_views() {
     limitation("no kernel stacks or blocked times: " + samples.error());
     return;
   }
+  // The iterator measured every off-CPU time just now: that is the instant
+  // "blocked for X s" counts back from.
+  record_sample_clocks(snap_);
   auto symbols = KernelSymbols::load(options_.proc_root);
   if (!symbols) limitation("kernel stacks not symbolized: " + symbols.error());
   std::unordered_map<int, KernelTaskSample*> by_tid;
@@ -849,6 +863,7 @@ Result<Snapshot> Collector::run() {
   snap_.hangtrace_version = HANGTRACE_VERSION;
   snap_.target_pid = target_;
   snap_.taken_at_unix = wall_clock_s();
+  record_sample_clocks(snap_);  // replaced by the BPF sampling instant when there is one
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) snap_.hostname = host;
   utsname uts{};

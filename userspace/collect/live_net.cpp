@@ -1,8 +1,14 @@
 // The "net" concern (bpf/net.bpf.c): TCP state changes and retransmits of
 // sockets owned by traced tasks.
+#include <bpf/bpf.h>
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "hangtrace/abi.h"
 #include "live_modules.h"
@@ -23,6 +29,43 @@ static_assert(offsetof(ht_tcp_event, sock_cookie) == 88);
 
 namespace {
 
+// struct open_sock_owner in bpf/net.bpf.c.
+struct ht_sock_owner {
+  uint32_t tgid;
+  uint32_t tid;
+  char comm[HT_COMM_LEN];
+};
+static_assert(sizeof(ht_sock_owner) == 24);
+
+// Lists the sockets `tgid` has open in `open_socks` (inode -> owner), so that
+// one already hanging in connect() or recv() is adopted by its first event.
+// Best effort: a process that exits meanwhile, or an fd closed under us, is
+// simply not listed.
+void list_open_sockets(int map_fd, int tgid) {
+  ht_sock_owner owner{};
+  owner.tgid = owner.tid = static_cast<uint32_t>(tgid);
+  std::string base = "/proc/" + std::to_string(tgid);
+  if (FILE* f = std::fopen((base + "/comm").c_str(), "re")) {
+    if (std::fgets(owner.comm, sizeof owner.comm, f)) owner.comm[std::strcspn(owner.comm, "\n")] = '\0';
+    std::fclose(f);
+  }
+  std::string fd_dir = base + "/fd";
+  DIR* dir = opendir(fd_dir.c_str());
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char target[64];
+    ssize_t n = readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    unsigned long long inode = 0;
+    if (std::sscanf(target, "socket:[%llu]", &inode) != 1 || inode == 0) continue;
+    uint64_t key = inode;
+    bpf_map_update_elem(map_fd, &key, &owner, BPF_ANY);
+  }
+  closedir(dir);
+}
+
 class NetModule : public TracerModule {
  public:
   ~NetModule() override {
@@ -39,6 +82,7 @@ class NetModule : public TracerModule {
           auto shared = maps.reuse_in(skel_->obj);
           if (!shared) return make_error(shared.error());
           skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
+          tgids_ = options.tgids;
           return skel_->obj;
         },
         [&]() { return net_bpf__load(skel_); },
@@ -48,11 +92,22 @@ class NetModule : public TracerModule {
         });
   }
 
-  Result<bool> attach() override { return hooks_.attach(); }
+  // Listed after attaching, so no socket falls in between: one connect()ed
+  // before the attach is in the list, one connect()ed after it is claimed by
+  // its SYN_SENT transition.
+  Result<bool> attach() override {
+    auto attached = hooks_.attach();
+    if (attached && skel_) {
+      int map_fd = bpf_map__fd(skel_->maps.open_socks);
+      for (int tgid : tgids_) list_open_sockets(map_fd, tgid);
+    }
+    return attached;
+  }
   std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
 
  private:
   net_bpf* skel_ = nullptr;
+  std::vector<int> tgids_;
   TwinHooks hooks_{
       "net",
       {{"net_set_state", "inet_sock_set_state", true}, {"net_retransmit", "tcp_retransmit_skb", false}}};

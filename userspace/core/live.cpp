@@ -322,17 +322,14 @@ void Aggregator::add(const TraceEvent& e) {
       break;
     }
     case HT_EV_FUTEX_WAIT:
-    case HT_EV_SYSCALL_BLOCK: {
-      auto& q = obs_.blocked[e.tid];
-      BlockedInterval b;
-      b.end_ns = e.ts_ns;
-      b.start_ns = e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0;
-      b.what = e.type == HT_EV_FUTEX_WAIT ? fmt::format("futex {:#x}", e.uaddr)
-                                          : fmt::format("syscall {} fd {}", e.nr, e.fd);
-      q.push_back(std::move(b));
-      if (q.size() > per_thread_) q.pop_front();
+      add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns, e.uaddr, -1, e.type},
+                  e.tid);
       break;
-    }
+    case HT_EV_SYSCALL_BLOCK:
+      add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns,
+                   static_cast<uint64_t>(e.nr), e.fd, e.type},
+                  e.tid);
+      break;
     case HT_EV_WAKEUP:
       obs_.last_waker[e.tid] = e;
       break;
@@ -343,6 +340,74 @@ void Aggregator::add(const TraceEvent& e) {
     default:
       break;
   }
+}
+
+Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
+  ht_event_header h;
+  if (size < sizeof h) return Raw::NotHot;  // decode_event says why
+  std::memcpy(&h, data, sizeof h);
+  switch (h.type) {
+    case HT_EV_FUTEX_WAIT:
+    case HT_EV_FUTEX_WAKE: {
+      ht_futex_event r;
+      if (h.size > size || size < sizeof r) return Raw::Undecodable;
+      if (h.type == HT_EV_FUTEX_WAKE) return Raw::Added;  // counted in the kernel, nothing kept
+      std::memcpy(&r, data, sizeof r);
+      add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns, r.uaddr, -1, h.type},
+                  static_cast<int>(h.tid));
+      return Raw::Added;
+    }
+    case HT_EV_SYSCALL_BLOCK: {
+      ht_syscall_event r;
+      if (h.size > size || size < sizeof r) return Raw::Undecodable;
+      std::memcpy(&r, data, sizeof r);
+      add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns,
+                   static_cast<uint64_t>(r.nr), r.fd, h.type},
+                  static_cast<int>(h.tid));
+      return Raw::Added;
+    }
+    default:
+      return Raw::NotHot;
+  }
+}
+
+void Aggregator::add_blocked(const RawInterval& b, int tid) {
+  if (!last_ring_ || tid != last_tid_) {
+    last_ring_ = &rings_[tid];
+    last_tid_ = tid;
+  }
+  blocked_dirty_ = true;
+  IntervalRing& r = *last_ring_;
+  if (r.slots.size() < per_thread_) {
+    r.slots.push_back(b);
+  } else if (per_thread_) {
+    r.slots[r.next] = b;
+    r.next = (r.next + 1) % per_thread_;
+  }
+}
+
+void Aggregator::flush_blocked() {
+  if (!blocked_dirty_) return;
+  blocked_dirty_ = false;
+  for (const auto& [tid, ring] : rings_) {
+    auto& q = obs_.blocked[tid];
+    q.clear();
+    for (size_t i = 0; i < ring.slots.size(); ++i) {
+      const RawInterval& r = ring.slots[(ring.next + i) % ring.slots.size()];
+      BlockedInterval b;
+      b.start_ns = r.start_ns;
+      b.end_ns = r.end_ns;
+      b.what = r.type == HT_EV_FUTEX_WAIT
+                   ? fmt::format("futex {:#x}", r.key)
+                   : fmt::format("syscall {} fd {}", static_cast<int64_t>(r.key), r.fd);
+      q.push_back(std::move(b));
+    }
+  }
+}
+
+LiveObservation& Aggregator::observation() {
+  flush_blocked();
+  return obs_;
 }
 
 LiveObservation Aggregator::finish(uint64_t start_ns, uint64_t end_ns, uint64_t events, uint64_t dropped) {
@@ -358,6 +423,7 @@ LiveObservation Aggregator::finish(uint64_t start_ns, uint64_t end_ns, uint64_t 
     d.oom_victim = true;
     d.oom = oom;
   }
+  flush_blocked();
   obs_.start_ns = start_ns;
   obs_.end_ns = end_ns;
   obs_.duration_s = end_ns > start_ns ? static_cast<double>(end_ns - start_ns) / 1e9 : 0;

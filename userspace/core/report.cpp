@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace hangtrace {
@@ -34,6 +37,178 @@ std::string truncate(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
+std::string utc_time(double unix_s) {
+  std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string seconds_text(double s) {
+  if (s >= 3600) return fmt::format("{:.1f} s ({:.1f} h)", s, s / 3600);
+  if (s >= 120) return fmt::format("{:.1f} s ({:.1f} min)", s, s / 60);
+  return fmt::format("{:.1f} s", s);
+}
+
+// ---- per-thread timelines ------------------------------------------------------------
+constexpr size_t kTimelineThreadsText = 8, kTimelineIntervalsText = 6;
+constexpr size_t kTimelineThreadsJson = 32;
+
+// The threads whose history explains the verdict: the main thread, then the
+// top finding's chain and threads, at most `limit`; `*left_out` counts the rest.
+// A thread neither in the snapshot nor seen live (a job that already exited)
+// has no timeline.
+std::vector<int> timeline_tids(const Snapshot& snap, const Diagnosis& d, const LiveObservation& live,
+                               size_t limit, size_t* left_out) {
+  std::vector<int> all;
+  auto add = [&](int tid) {
+    bool known = d.graph.threads.count(tid) || live.blocked.count(tid) || live.last_waker.count(tid);
+    if (known && std::find(all.begin(), all.end(), tid) == all.end()) all.push_back(tid);
+  };
+  add(snap.target_pid);
+  if (!d.findings.empty()) {
+    for (int t : d.findings.front().chain_tids) add(t);
+    for (int t : d.findings.front().tids) add(t);
+  }
+  *left_out = all.size() > limit ? all.size() - limit : 0;
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+struct ThreadIdentity {
+  int pid = 0;
+  std::string comm = "?";
+  std::string title;
+};
+
+ThreadIdentity identify(const Snapshot& snap, const LiveObservation* live, int tid) {
+  ThreadIdentity id;
+  id.pid = tid;
+  const ProcessInfo* owner = nullptr;
+  for (const auto& p : snap.processes)
+    for (const auto& t : p.threads)
+      if (t.tid == tid) {
+        owner = &p;
+        id.pid = p.pid;
+        id.comm = t.comm;
+      }
+  if (!owner && live) {
+    if (auto it = live->last_waker.find(tid); it != live->last_waker.end()) {
+      id.pid = it->second.tgid;
+      id.comm = it->second.comm;
+    }
+  }
+  std::string role = !owner                               ? "process"
+                     : owner->role == ProcessRole::Target ? "main"
+                     : owner->role == ProcessRole::Peer   ? "peer"
+                     : owner->ppid == snap.target_pid     ? "worker"
+                                                          : "descendant";
+  id.title = tid == id.pid ? fmt::format("{} {} ({})", role, id.pid, id.comm)
+                           : fmt::format("thread {} ({}) of {} {}", tid, id.comm, role, id.pid);
+  return id;
+}
+
+// Where the snapshot's current wait of `tid` began, CLOCK_MONOTONIC ns, when
+// the snapshot recorded both its blocked time and its clock.
+std::optional<uint64_t> current_wait_start_ns(const Snapshot& snap, const ThreadWait& w) {
+  if (!w.blocked_s || !snap.sampled_at_monotonic_ns) return std::nullopt;
+  if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) return std::nullopt;
+  uint64_t back = static_cast<uint64_t>(*w.blocked_s * 1e9);
+  return back > snap.sampled_at_monotonic_ns ? 0 : snap.sampled_at_monotonic_ns - back;
+}
+
+std::string waker_text(const TraceEvent& w) {
+  if (w.waker_tgid == 0) return "interrupt context (a timer, a packet)";
+  return fmt::format("{} ({}, tid {})", w.waker_tgid, w.waker_comm, w.waker_tid);
+}
+
+void render_timelines(const Snapshot& snap, const Diagnosis& d, const LiveObservation& live,
+                      const std::function<void(const std::string&)>& line) {
+  size_t left_out = 0;
+  std::vector<int> tids = timeline_tids(snap, d, live, kTimelineThreadsText, &left_out);
+  if (tids.empty()) return;
+  auto offset = [&](uint64_t ns) {
+    double s = (static_cast<double>(ns) - static_cast<double>(live.start_ns)) / 1e9;
+    return fmt::format("{:+.3f} s", s);
+  };
+  line("");
+  line(fmt::format("TIMELINES (offsets from the start of the {:.1f} s live window; T = the snapshot)",
+                   live.duration_s));
+  for (int tid : tids) {
+    ThreadIdentity id = identify(snap, &live, tid);
+    line("  " + id.title);
+    size_t shown = 0;
+    if (auto it = live.blocked.find(tid); it != live.blocked.end()) {
+      const auto& intervals = it->second;
+      size_t skip = intervals.size() > kTimelineIntervalsText ? intervals.size() - kTimelineIntervalsText : 0;
+      if (skip) line(fmt::format("    +{} earlier blocked interval(s)", skip));
+      for (size_t i = skip; i < intervals.size(); ++i, ++shown) {
+        const BlockedInterval& b = intervals[i];
+        line(fmt::format("    {:>11}  blocked {:>9}  {}", offset(b.start_ns),
+                         fmt::format("{:.3f} s", (b.end_ns - b.start_ns) / 1e9), b.what));
+      }
+    }
+    auto w = d.graph.threads.find(tid);
+    if (w != d.graph.threads.end() && w->second.blocked_s &&
+        (w->second.activity == Activity::Blocked || w->second.activity == Activity::TimedWait)) {
+      std::optional<uint64_t> start = current_wait_start_ns(snap, w->second);
+      bool before_window = start && *start < live.start_ns;
+      line(fmt::format("    {:>11}  ongoing {:>9}  {} (since T-{:.1f} s{})", start ? offset(*start) : "?", "",
+                       w->second.summary, *w->second.blocked_s, before_window ? ", before the window" : ""));
+      ++shown;
+    }
+    if (shown == 0) line("    no blocked interval seen");
+    if (auto it = live.last_waker.find(tid); it != live.last_waker.end())
+      line(fmt::format("    last woken by {} at {}", waker_text(it->second), offset(it->second.ts_ns)));
+    else
+      line("    not woken during the window");
+  }
+  if (left_out) line(fmt::format("  +{} more thread(s) of the finding not shown", left_out));
+}
+
+nlohmann::json timelines_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation& live) {
+  using nlohmann::json;
+  size_t left_out = 0;
+  json out = json::array();
+  for (int tid : timeline_tids(snap, d, live, kTimelineThreadsJson, &left_out)) {
+    ThreadIdentity id = identify(snap, &live, tid);
+    json intervals = json::array();
+    if (auto it = live.blocked.find(tid); it != live.blocked.end())
+      for (const auto& b : it->second)
+        intervals.push_back({{"start_ns", b.start_ns}, {"end_ns", b.end_ns}, {"what", b.what}});
+    if (auto w = d.graph.threads.find(tid); w != d.graph.threads.end()) {
+      if (auto start = current_wait_start_ns(snap, w->second))
+        intervals.push_back({{"start_ns", *start}, {"end_ns", nullptr}, {"what", w->second.summary}});
+    }
+    json waker = nullptr;
+    if (auto it = live.last_waker.find(tid); it != live.last_waker.end())
+      waker = {{"ts_ns", it->second.ts_ns},
+               {"waker_pid", it->second.waker_tgid},
+               {"waker_tid", it->second.waker_tid},
+               {"waker_comm", it->second.waker_comm}};
+    out.push_back(
+        {{"tid", tid}, {"pid", id.pid}, {"comm", id.comm}, {"intervals", intervals}, {"last_woken", waker}});
+  }
+  return out;
+}
+
+void render_progress_stop(const ProgressStop& ps, const std::function<void(const std::string&)>& line) {
+  line(fmt::format("PROGRESS STOPPED: {}{}, {} ago: {} was the last to block, {}",
+                   ps.at_the_latest ? "at the latest " : "", utc_time(ps.unix_time), seconds_text(ps.ago_s),
+                   ps.thread, ps.waits_on));
+  std::string basis =
+      ps.basis == "live"
+          ? "its last wakeup seen while tracing"
+          : fmt::format("blocked times (kernel scheduler clock) of {} stuck thread(s)", ps.tids.size());
+  if (ps.timed_waits_not_counted)
+    basis += fmt::format("; {} timed wait(s) not counted (a retry loop restarts its wait)",
+                         ps.timed_waits_not_counted);
+  if (!ps.live_note.empty()) basis += "; " + ps.live_note;
+  line("  basis: " + basis);
+}
+
 std::string local_time(double unix_s) {
   std::time_t t = static_cast<std::time_t>(unix_s);
   std::tm tm{};
@@ -56,6 +231,7 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
                    snap.hostname, snap.kernel_release, local_time(snap.taken_at_unix)));
   line();
   line(fmt::format("VERDICT: {}", d.verdict.summary));
+  if (d.progress_stopped) render_progress_stop(*d.progress_stopped, line);
 
   if (!d.findings.empty()) {
     const Finding& top = d.findings.front();
@@ -158,6 +334,7 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
       if (dth.signal == 0 && !dth.oom_victim)
         line(fmt::format("  exit: {} ({}) status {}", dth.pid, dth.comm, (dth.exit_code >> 8) & 0xff));
     }
+    render_timelines(snap, d, *live, line);
     if (opt.verbosity > 0) {
       for (const auto& h : live->hooks)
         line(fmt::format("  hook {:<8} {:<28} {:<8} {}", h.concern, h.attach, h.active ? "active" : "off", h.reason));
@@ -206,6 +383,27 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
   j["sample_window_s"] = snap.sample_window_s;
   j["target_pid"] = snap.target_pid;
   j["verdict"] = {{"status", d.verdict.status}, {"summary", d.verdict.summary}};
+  j["progress_stopped"] = nullptr;
+  if (const auto& ps = d.progress_stopped) {
+    j["progress_stopped"] = {
+        {"monotonic_ns", ps->monotonic_ns ? json(ps->monotonic_ns) : json(nullptr)},
+        {"unix_time", ps->unix_time},
+        {"utc", utc_time(ps->unix_time)},
+        {"ago_s", ps->ago_s},
+        {"basis", ps->basis},
+        {"at_the_latest", ps->at_the_latest},
+        {"tid", ps->tid},
+        {"pid", ps->pid},
+        {"comm", ps->comm},
+        {"thread", ps->thread},
+        {"waits_on", ps->waits_on},
+        {"tids", ps->tids},
+        {"timed_waits_not_counted", ps->timed_waits_not_counted},
+        {"live_note", ps->live_note.empty() ? json(nullptr) : json(ps->live_note)}};
+  }
+  j["sampled_at_unix"] = snap.sampled_at_unix > 0 ? json(snap.sampled_at_unix) : json(nullptr);
+  j["sampled_at_monotonic_ns"] =
+      snap.sampled_at_monotonic_ns ? json(snap.sampled_at_monotonic_ns) : json(nullptr);
 
   json findings = json::array();
   for (const auto& f : d.findings) {
@@ -288,6 +486,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
   j["deadlocked_tids"] = d.deadlocked_tids;
   j["probably_deadlocked_tids"] = d.probably_deadlocked_tids;
   j["live"] = live_json(live);
+  if (live) j["live"]["timelines"] = timelines_json(snap, d, *live);
   j["limitations"] = snap.limitations;
   return j;
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <set>
 
+#include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
 
 namespace hangtrace {
@@ -227,7 +228,11 @@ class Analyzer {
   // ---- chains -------------------------------------------------------------------
   // Shortest wait chain from `from` to `to` through the graph: thread -> object ->
   // releaser thread -> ...; empty when `to` is not reachable.
-  std::vector<ChainStep> chain(int from, int to) const {
+  std::vector<ChainStep> chain(int from, int to) const { return chain_steps(from, wait_path(from, to)); }
+
+  // The hops of that chain: (thread reached, object it was reached through),
+  // `from` itself not included; empty when `to` is not reachable.
+  std::vector<std::pair<int, std::string>> wait_path(int from, int to) const {
     if (from == to) return {};
     std::map<int, std::pair<int, std::string>> parent;  // tid -> (prev tid, via object)
     std::deque<int> q{from};
@@ -251,6 +256,10 @@ class Analyzer {
     std::vector<std::pair<int, std::string>> path;
     for (int t = to; t != from; t = parent[t].first) path.push_back({t, parent[t].second});
     std::reverse(path.begin(), path.end());
+    return path;
+  }
+
+  std::vector<ChainStep> chain_steps(int from, const std::vector<std::pair<int, std::string>>& path) const {
     std::vector<ChainStep> steps;
     int prev = from;
     for (auto& [t, via] : path) {
@@ -264,10 +273,12 @@ class Analyzer {
 
   void add_main_chain(Finding& f, int cause_tid, const std::string& cause_object) {
     const int main_tid = snap_.target_pid;
-    std::vector<ChainStep> steps = chain(main_tid, cause_tid);
-    if (!steps.empty() || main_tid == cause_tid) {
-      f.chain = steps;
+    std::vector<std::pair<int, std::string>> path = wait_path(main_tid, cause_tid);
+    if (!path.empty() || main_tid == cause_tid) {
+      f.chain = chain_steps(main_tid, path);
       f.details["main_waits_on_it"] = true;
+      f.chain_tids = {main_tid};
+      for (const auto& hop : path) add_unique(f.chain_tids, hop.first);
     }
     if (!cause_object.empty()) {
       const WaitObject& o = g().objects.at(cause_object);
@@ -500,6 +511,7 @@ class Analyzer {
         explained_objects_.insert(via);
         add_unique(f.tids, prev);
         add_unique(f.pids, pid_of(prev));
+        add_unique(f.chain_tids, prev);
         prev = t;
       }
       drawn.push_back(thread_label(start));
@@ -572,6 +584,36 @@ class Analyzer {
   }
 
   // ---- network-wait -----------------------------------------------------------------
+  // What the live window saw between `pid` and `remote`: retransmits (any of
+  // its sockets to that address: a retry loop opens a new one each time) and
+  // connects that failed (SYN_SENT -> CLOSE).
+  void add_tcp_evidence(Finding& f, int pid, const std::string& remote) {
+    size_t retransmits = 0, failed = 0;
+    int state = 0;
+    for (const auto& e : live_->tcp) {
+      if (e.tgid != pid || e.remote != remote) continue;
+      if (e.type == HT_EV_TCP_RETRANSMIT) {
+        ++retransmits;
+        state = e.new_state;
+      } else if (e.type == HT_EV_TCP_STATE && e.old_state == 2 /* SYN_SENT */ &&
+                 e.new_state == 7 /* CLOSE */) {
+        ++failed;
+      }
+    }
+    if (retransmits) {
+      const char* why = state == 2   ? ": the SYN is never answered"
+                        : state == 1 ? ": sent data is never acknowledged"
+                                     : "";
+      f.evidence.push_back(
+          fmt::format("live: {} TCP retransmit{} to {} in the {:.1f} s window (last in {}{})", retransmits,
+                      retransmits == 1 ? "" : "s", remote, live_->duration_s, tcp_state_name(state), why));
+    }
+    if (failed)
+      f.evidence.push_back(
+          fmt::format("live: {} connect{} to {} failed (SYN_SENT -> CLOSE) in the {:.1f} s window", failed,
+                      failed == 1 ? "" : "s", remote, live_->duration_s));
+  }
+
   void network_waits() {
     for (const auto& [tid, w] : g().threads) {
       if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) continue;
@@ -612,6 +654,7 @@ class Analyzer {
         add_thread_evidence(f, tid);
         for (int pid : peer_pids) add_thread_evidence(f, pid);
         for (const auto& n : o.notes) f.evidence.push_back(n);
+        if (live_) add_tcp_evidence(f, w.pid, o.remote);
         if (main_waits) add_main_chain(f, tid, id);
         f.advice = {
             "Give network calls a timeout (socket.settimeout, requests.get(..., timeout=...), "
@@ -852,6 +895,142 @@ class Analyzer {
     }
   }
 
+  // ---- when progress stopped ------------------------------------------------------------
+  // Whether the live window could have seen this thread being woken: without
+  // the sched concern, "not woken" says nothing.
+  bool wakeups_traced() const {
+    if (live_->hooks.empty()) return true;  // hook list unknown (a saved observation): trust the events
+    return std::any_of(live_->hooks.begin(), live_->hooks.end(),
+                       [](const LiveHook& h) { return h.concern == "sched" && h.active; });
+  }
+
+  // The last moment the live window saw `tid` run: a wakeup, or the end of a
+  // wait it came back from. CLOCK_MONOTONIC ns, 0 when none was seen.
+  uint64_t last_seen_running_ns(int tid) const {
+    uint64_t last = 0;
+    if (auto it = live_->last_waker.find(tid); it != live_->last_waker.end()) last = it->second.ts_ns;
+    if (auto it = live_->blocked.find(tid); it != live_->blocked.end() && !it->second.empty())
+      last = std::max(last, it->second.back().end_ns);
+    return last;
+  }
+
+  void progress_stopped() {
+    const Finding& top = d_.findings.front();
+    std::vector<int> stuck = top.chain_tids;
+    for (int t : top.tids) add_unique(stuck, t);
+
+    // One time axis, in seconds relative to the instant the blocked times were
+    // read (negative = earlier). Older snapshots have no clock pair: live events
+    // are then placed against the end of the window, which the report's
+    // snapshot follows within a second.
+    const double ref_unix = snap_.sampled_at_unix > 0 ? snap_.sampled_at_unix : snap_.taken_at_unix;
+    uint64_t ref_mono = snap_.sampled_at_monotonic_ns;
+    if (!ref_mono && live_) ref_mono = live_->end_ns;
+    auto relative = [&](uint64_t mono_ns) {
+      return (static_cast<double>(mono_ns) - static_cast<double>(ref_mono)) / 1e9;
+    };
+    auto vs_snapshot = [](double rel) {
+      return rel <= 0 ? fmt::format("{:.1f} s before the snapshot", -rel)
+                      : fmt::format("{:.1f} s after the snapshot", rel);
+    };
+
+    struct WaitStart {
+      int tid = 0;
+      double start = 0;  // relative to the reference instant
+      bool timed = false, from_snapshot = false, from_live = false;
+      bool start_from_live = false;  // a wakeup seen live set `start`
+      std::string live_note;
+    };
+    std::vector<WaitStart> starts;
+    for (int tid : stuck) {
+      const ThreadWait* w = wait_of(tid);
+      if (!w || (w->activity != Activity::Blocked && w->activity != Activity::TimedWait)) continue;
+      WaitStart ws;
+      ws.tid = tid;
+      ws.timed = w->activity == Activity::TimedWait;
+      if (w->blocked_s) {
+        ws.start = -*w->blocked_s;
+        ws.from_snapshot = true;
+      }
+      if (live_ && ref_mono) {
+        const double window_start = relative(live_->start_ns);
+        if (uint64_t ran = last_seen_running_ns(tid)) {
+          double ran_at = relative(ran);
+          const TraceEvent* waker = nullptr;
+          if (auto it = live_->last_waker.find(tid); it != live_->last_waker.end()) waker = &it->second;
+          std::string by = waker && waker->ts_ns == ran
+                               ? (waker->waker_tgid ? fmt::format(" by {} ({}, tid {})", waker->waker_tgid,
+                                                                  waker->waker_comm, waker->waker_tid)
+                                                    : std::string(" from interrupt context"))
+                               : std::string();
+          // It ran after that moment, so its current wait cannot have begun
+          // earlier; 50 ms absorbs the scheduler clock vs CLOCK_MONOTONIC.
+          if (!ws.from_snapshot || ran_at > ws.start + 0.05) {
+            ws.start = ran_at;
+            ws.start_from_live = true;
+            ws.live_note = ws.from_snapshot ? fmt::format(
+                                                  "live: last woken{} {}, later than its blocked time "
+                                                  "says: its wait began then",
+                                                  by, vs_snapshot(ran_at))
+                                            : fmt::format(
+                                                  "live: last woken{} {} (no blocked time: its wait "
+                                                  "began then or later)",
+                                                  by, vs_snapshot(ran_at));
+          } else {
+            ws.live_note = fmt::format("live: last woken{} {}, then blocked", by, vs_snapshot(ran_at));
+          }
+          ws.from_live = true;
+        } else if (ws.from_snapshot && wakeups_traced()) {
+          ws.live_note =
+              ws.start <= window_start + 0.05
+                  ? fmt::format("live: not woken during the {:.1f} s window (blocked since before it)",
+                                live_->duration_s)
+                  : fmt::format("live: not woken during the {:.1f} s window", live_->duration_s);
+          ws.from_live = true;
+        }
+      }
+      if (ws.from_snapshot || ws.start_from_live) starts.push_back(std::move(ws));
+    }
+    if (starts.empty()) return;
+
+    // A timed wait that returns and waits again (DataLoader polls its queue
+    // every 5 s) restarts its clock without any progress: untimed waits say
+    // when the job stopped; timed ones only bound it.
+    bool any_untimed = std::any_of(starts.begin(), starts.end(), [](const WaitStart& s) { return !s.timed; });
+    const WaitStart* last = nullptr;
+    int timed_skipped = 0;
+    for (const auto& s : starts) {
+      if (any_untimed && s.timed) {
+        ++timed_skipped;
+        continue;
+      }
+      if (!last || s.start > last->start) last = &s;
+    }
+
+    // "Ago" counts back from the last thing observed: the snapshot, or the end
+    // of a live window that came after it.
+    const double observed_until = live_ && ref_mono ? std::max(0.0, relative(live_->end_ns)) : 0.0;
+    ProgressStop ps;
+    ps.ago_s = std::max(0.0, observed_until - last->start);
+    ps.unix_time = ref_unix + last->start;
+    if (ref_mono)
+      ps.monotonic_ns =
+          static_cast<uint64_t>(std::max(0.0, static_cast<double>(ref_mono) + last->start * 1e9));
+    ps.basis = !last->from_snapshot ? "live" : last->from_live ? "snapshot+live" : "snapshot";
+    ps.at_the_latest = !any_untimed;
+    ps.tid = last->tid;
+    ps.pid = pid_of(last->tid);
+    ps.thread = thread_label(last->tid);
+    if (const ProcessInfo* p = snap_.process(ps.pid))
+      for (const auto& t : p->threads)
+        if (t.tid == last->tid) ps.comm = t.comm;
+    ps.waits_on = wait_of(last->tid)->summary;
+    for (const auto& s : starts) ps.tids.push_back(s.tid);
+    ps.timed_waits_not_counted = timed_skipped;
+    ps.live_note = last->live_note;
+    d_.progress_stopped = std::move(ps);
+  }
+
   // ---- verdict --------------------------------------------------------------------------
   void finish() {
     std::stable_sort(d_.findings.begin(), d_.findings.end(), [](const Finding& a, const Finding& b) {
@@ -886,6 +1065,7 @@ class Analyzer {
           "stuck in a wait that can never end",
           threads, snap_.processes.size(), blocked, timed);
     }
+    if (d_.verdict.status == "hang" || d_.verdict.status == "suspect") progress_stopped();
   }
 };
 

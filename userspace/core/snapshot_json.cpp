@@ -105,6 +105,8 @@ json snapshot_to_json(const Snapshot& s) {
   j["kernel_release"] = s.kernel_release;
   j["taken_at_unix"] = s.taken_at_unix;
   j["sample_window_s"] = s.sample_window_s;
+  j["sampled_at_unix"] = s.sampled_at_unix;
+  j["sampled_at_monotonic_ns"] = s.sampled_at_monotonic_ns;
   j["target_pid"] = s.target_pid;
   j["local_addresses"] = s.local_addresses;
   j["limitations"] = s.limitations;
@@ -232,6 +234,9 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     get_if(j, "kernel_release", s.kernel_release);
     get_if(j, "taken_at_unix", s.taken_at_unix);
     get_if(j, "sample_window_s", s.sample_window_s);
+    // Absent in snapshots written before the clock pair was recorded.
+    get_if(j, "sampled_at_unix", s.sampled_at_unix);
+    get_if(j, "sampled_at_monotonic_ns", s.sampled_at_monotonic_ns);
     s.target_pid = j.at("target_pid").get<int>();
     get_if(j, "local_addresses", s.local_addresses);
     get_if(j, "limitations", s.limitations);
