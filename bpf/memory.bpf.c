@@ -54,20 +54,25 @@ static __always_inline __u64 mm_pages(struct mm_struct* mm, int member) {
   return v > 0 ? (__u64)v : 0;
 }
 
+/* Runs on every RSS counter change of the machine (every page fault that maps
+ * a page), so the common case -- current changing its own mm, untraced -- is
+ * a pointer compare and one hash lookup. */
 static __always_inline int handle_rss_stat(struct mm_struct* mm) {
   struct task_struct* cur = bpf_get_current_task_btf();
   struct task_struct* task;
+  __u32 tgid;
   /* Usually current changes its own mm; otherwise (reclaim, exit, another
    * process's pages via process_vm_*), ask the mm who owns it. */
-  if ((void*)BPF_CORE_READ(cur, mm) == (void*)mm) {
+  if ((void*)cur->mm == (void*)mm) {
     task = cur;
+    tgid = bpf_get_current_pid_tgid() >> 32;
   } else if (bpf_core_field_exists(mm->owner)) {
     task = BPF_CORE_READ(mm, owner);
     if (!task) return 0;
+    tgid = BPF_CORE_READ(task, tgid);
   } else {
     return 0;
   }
-  __u32 tgid = BPF_CORE_READ(task, tgid);
   if (!ht_traced_tgid(tgid)) return 0;
 
   __u64 anon = mm_pages(mm, MM_ANONPAGES) << page_shift;
