@@ -88,8 +88,8 @@ static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool 
 }
 
 /* A call that lasted long enough (its state already cleared by the caller). */
-static __always_inline void blocking_emit(void* ctx, struct call_state* s, long ret, __u64 duration, __u64 now,
-                                          bool btf) {
+static __always_inline void blocking_emit(void* ctx, struct call_state* s, long ret, __u64 duration,
+                                          __u64 now, bool btf) {
   if (!s->resolved) blocking_resolve_fd(s, btf);
   struct ht_syscall_event* e = ht_reserve(HT_EV_SYSCALL_BLOCK, sizeof(*e));
   if (!e) return;

@@ -104,14 +104,15 @@ static __always_inline struct call_state* traced_call_state(void) {
 #endif
 
 /* Settings (set from LiveOptions before load). */
-const volatile __u64 min_block_ns = 5000000;       /* calls shorter than this are not streamed */
+const volatile __u64 min_block_ns = 5000000;        /* calls shorter than this are not streamed */
 const volatile __u64 kstack_interval_ns = 10000000; /* kernel stack walk throttle */
 const volatile __u64 ustack_interval_ns = 10000000; /* user stack walk throttle */
 
 /* The kernel stack where the call first slept (ctx: the sched_switch one). */
 static __always_inline void take_kernel_stack(void* ctx, struct call_state* s) {
   __u64 now = bpf_ktime_get_ns();
-  if (s->kwalk_id >= 0 && s->kwalk_nr == s->nr && s->kwalk_obj == s->obj && now - s->kwalk_ns < kstack_interval_ns) {
+  if (s->kwalk_id >= 0 && s->kwalk_nr == s->nr && s->kwalk_obj == s->obj &&
+      now - s->kwalk_ns < kstack_interval_ns) {
     s->kstack_id = s->kwalk_id;
     return;
   }
@@ -125,7 +126,8 @@ static __always_inline void take_kernel_stack(void* ctx, struct call_state* s) {
 /* The user stack of a call being reported (ctx: the sys_exit one). The user
  * registers at exit are those at entry: the call returns where it was made. */
 static __always_inline __s32 take_user_stack(void* ctx, struct call_state* s, __u64 now) {
-  if (s->uwalk_id >= 0 && s->uwalk_nr == s->nr && s->uwalk_obj == s->obj && now - s->uwalk_ns < ustack_interval_ns)
+  if (s->uwalk_id >= 0 && s->uwalk_nr == s->nr && s->uwalk_obj == s->obj &&
+      now - s->uwalk_ns < ustack_interval_ns)
     return s->uwalk_id;
   s->uwalk_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
   s->uwalk_ns = now;

@@ -100,7 +100,8 @@ static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf
 }
 
 /* A wait that lasted long enough (its state already cleared by the caller). */
-static __always_inline void futex_emit_wait(void* ctx, struct call_state* s, long ret, __u64 duration, __u64 now) {
+static __always_inline void futex_emit_wait(void* ctx, struct call_state* s, long ret, __u64 duration,
+                                            __u64 now) {
   struct ht_futex_event* e = ht_reserve(HT_EV_FUTEX_WAIT, sizeof(*e));
   if (!e) return;
   e->uaddr = s->obj;

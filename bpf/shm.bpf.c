@@ -99,8 +99,9 @@ static __always_inline int handle_fault(__u64 addr, __u64 error_code) {
    * so their faults are not worth a record (fs_size 0 tells them apart). */
   if (!info.fs_size) return 0;
 
-  struct fault_key key = {
-      .tgid = bpf_get_current_pid_tgid() >> 32, .inode = info.inode, .region = info.offset >> fault_region_shift};
+  struct fault_key key = {.tgid = bpf_get_current_pid_tgid() >> 32,
+                          .inode = info.inode,
+                          .region = info.offset >> fault_region_shift};
   /* A lookup first: a fault loop over a known region must not take the LRU
    * map's lock on every fault. */
   if (bpf_map_lookup_elem(&fault_seen, &key)) return 0;
