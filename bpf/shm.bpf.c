@@ -36,8 +36,36 @@ struct shm_fault_info {
   __u64 offset; /* byte offset in the file */
   __u64 fs_size;
   __u64 fs_used;
-  __u64 file; /* struct file *, for its name once a record is due */
+  __u64 file;             /* struct file *, for its name once a record is due */
+  __u64 vm_start, vm_end; /* the VMA found (any kind), for the cache */
+  __u64 vm_pgoff_bytes;   /* file offset of vm_start */
 };
+
+/*
+ * Per thread, the last VMA a fault was looked up in, shared tmpfs or not, and
+ * the mm's mm_lock_seq at the time. Every change to an address space's VMAs
+ * happens under mmap_write_lock, whose unlock moves mm_lock_seq, so while it
+ * is unchanged (and even: no writer in progress) a fault in the same range
+ * needs no bpf_find_vma walk -- a loop faulting in the pages of one mapping
+ * pays one walk, not one per page. Kernels without per-VMA locks have no
+ * mm_lock_seq and walk every time.
+ */
+struct fault_cache {
+  __u64 mm;
+  __u32 seq;
+  __u32 pad;
+  __u64 vm_start, vm_end;
+  __u64 vm_pgoff_bytes;
+  __u64 file; /* 0: not a shared mapping of a real tmpfs */
+  __u64 inode;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct fault_cache);
+} fault_caches SEC(".maps");
 
 /* Rate limit for HT_SHM_FAULT: a fault is streamed only when its region of
  * the file is new for the process. */
@@ -55,15 +83,17 @@ struct {
   __type(value, __u8);
 } fault_seen SEC(".maps");
 
-/* bpf_find_vma callback: fills the fault info when the VMA is a shared
- * mapping of a tmpfs file. */
+/* bpf_find_vma callback: the VMA's range, and the file details when it is
+ * a shared mapping of a tmpfs file. */
 static long shm_vma_cb(struct task_struct* task, struct vm_area_struct* vma, void* data) {
   struct shm_fault_info* info = data;
+  info->vm_start = BPF_CORE_READ(vma, vm_start);
+  info->vm_end = BPF_CORE_READ(vma, vm_end);
   struct file* f = BPF_CORE_READ(vma, vm_file);
   if (!is_tmpfs_file(f)) return 0;
   if (!(BPF_CORE_READ(vma, vm_flags) & VM_SHARED)) return 0;
-  __u64 start = BPF_CORE_READ(vma, vm_start);
-  info->offset = (BPF_CORE_READ(vma, vm_pgoff) << page_shift) + (info->addr - start);
+  info->vm_pgoff_bytes = BPF_CORE_READ(vma, vm_pgoff) << page_shift;
+  info->offset = info->vm_pgoff_bytes + (info->addr - info->vm_start);
   info->inode = BPF_CORE_READ(f, f_inode, i_ino);
   info->file = (__u64)f;
   tmpfs_usage(f, &info->fs_size, &info->fs_used);
@@ -89,15 +119,47 @@ static __always_inline void fill_from_mapping(struct ht_shm_event* e, const stru
   read_file_name((struct file*)info->file, e->name, sizeof(e->name));
 }
 
+/* mm->mm_lock_seq (an int before 6.13, a seqcount_t since; its sequence
+ * either way); false when the kernel has none or a writer is in progress. */
+static __always_inline bool mm_lock_seq_of(struct mm_struct* mm, __u32* seq) {
+  if (!bpf_core_field_exists(mm->mm_lock_seq)) return false;
+  __u32 off = bpf_core_field_offset(mm->mm_lock_seq);
+  if (bpf_probe_read_kernel(seq, sizeof(*seq), (void*)mm + off) != 0) return false;
+  return (*seq & 1) == 0;
+}
+
 static __always_inline int handle_fault(__u64 addr, __u64 error_code) {
   if (!ht_current_traced()) return 0;
-  struct shm_fault_info info = {};
-  if (!shm_mapping_of(addr, &info)) return 0;
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct fault_cache* cache = bpf_task_storage_get(&fault_caches, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (!cache) return 0;
+  struct mm_struct* mm = BPF_CORE_READ(task, mm);
+  __u32 seq = 0;
+  bool seq_ok = mm_lock_seq_of(mm, &seq);
 
-  /* Shared anonymous mappings and memfds are shmem files too, on the
-   * kernel's internal, unlimited mount: they cannot run out of tmpfs space,
-   * so their faults are not worth a record (fs_size 0 tells them apart). */
-  if (!info.fs_size) return 0;
+  struct shm_fault_info info = {};
+  info.addr = addr;
+  if (seq_ok && cache->mm == (__u64)mm && cache->seq == seq && addr >= cache->vm_start &&
+      addr < cache->vm_end) {
+    if (!cache->file) return 0;
+    info.file = cache->file;
+    info.inode = cache->inode;
+    info.offset = cache->vm_pgoff_bytes + (addr - cache->vm_start);
+  } else {
+    bpf_find_vma(task, addr, shm_vma_cb, &info, 0);
+    if (!info.vm_end) return 0; /* no VMA: the fault ends in SIGSEGV */
+    cache->mm = seq_ok ? (__u64)mm : 0;
+    cache->seq = seq;
+    cache->vm_start = info.vm_start;
+    cache->vm_end = info.vm_end;
+    cache->vm_pgoff_bytes = info.vm_pgoff_bytes;
+    /* Shared anonymous mappings and memfds are shmem files too, on the
+     * kernel's internal, unlimited mount: they cannot run out of tmpfs
+     * space, so their faults are not worth a record (fs_size 0). */
+    cache->file = info.inode && info.fs_size ? info.file : 0;
+    cache->inode = info.inode;
+    if (!cache->file) return 0;
+  }
 
   struct fault_key key = {.tgid = bpf_get_current_pid_tgid() >> 32,
                           .inode = info.inode,
@@ -108,9 +170,11 @@ static __always_inline int handle_fault(__u64 addr, __u64 error_code) {
   __u8 one = 1;
   if (bpf_map_update_elem(&fault_seen, &key, &one, BPF_NOEXIST) != 0) return 0;
 
-  /* ret: the x86 page fault error code (bit 1: write); size: file offset. */
+  /* ret: the x86 page fault error code (bit 1: write); size: file offset.
+   * The tmpfs usage is read now, not from the cache: it is what moves. */
   struct ht_shm_event* e = reserve_shm(HT_SHM_FAULT, (__s32)error_code);
   if (!e) return 0;
+  tmpfs_usage((struct file*)info.file, &info.fs_size, &info.fs_used);
   fill_from_mapping(e, &info);
   ht_submit(e);
   return 0;
