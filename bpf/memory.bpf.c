@@ -43,35 +43,41 @@ struct {
 
 /* Pages of one counter; percpu_counter.count lags the per-CPU deltas by at
  * most a batch per CPU, which is noise next to rss_step_bytes. */
-static __always_inline __u64 mm_pages(struct mm_struct* mm, int member) {
+static __always_inline __u64 mm_pages(struct mm_struct* mm, int member, bool btf) {
   long v;
   struct mm_struct___pre_6_2* old = (void*)mm;
   if (bpf_core_field_exists(old->rss_stat.count)) {
     v = BPF_CORE_READ(old, rss_stat.count[member].counter);
   } else {
-    v = BPF_CORE_READ(mm, rss_stat[member].count);
+    v = btf ? mm->rss_stat[member].count : BPF_CORE_READ(mm, rss_stat[member].count);
   }
   return v > 0 ? (__u64)v : 0;
 }
 
-static __always_inline int handle_rss_stat(struct mm_struct* mm) {
+/* Runs on every RSS counter change of the machine (every page fault that maps
+ * a page), so the common case -- current changing its own mm, untraced -- is
+ * a pointer compare and one hash lookup. */
+/* `btf`: mm is a BTF-typed pointer (tp_btf twin), read with plain loads. */
+static __always_inline int handle_rss_stat(struct mm_struct* mm, bool btf) {
   struct task_struct* cur = bpf_get_current_task_btf();
   struct task_struct* task;
+  __u32 tgid;
   /* Usually current changes its own mm; otherwise (reclaim, exit, another
    * process's pages via process_vm_*), ask the mm who owns it. */
-  if ((void*)BPF_CORE_READ(cur, mm) == (void*)mm) {
+  if ((void*)cur->mm == (void*)mm) {
     task = cur;
+    tgid = bpf_get_current_pid_tgid() >> 32;
   } else if (bpf_core_field_exists(mm->owner)) {
     task = BPF_CORE_READ(mm, owner);
     if (!task) return 0;
+    tgid = BPF_CORE_READ(task, tgid);
   } else {
     return 0;
   }
-  __u32 tgid = BPF_CORE_READ(task, tgid);
   if (!ht_traced_tgid(tgid)) return 0;
 
-  __u64 anon = mm_pages(mm, MM_ANONPAGES) << page_shift;
-  __u64 rss = anon + ((mm_pages(mm, MM_FILEPAGES) + mm_pages(mm, MM_SHMEMPAGES)) << page_shift);
+  __u64 anon = mm_pages(mm, MM_ANONPAGES, btf) << page_shift;
+  __u64 rss = anon + ((mm_pages(mm, MM_FILEPAGES, btf) + mm_pages(mm, MM_SHMEMPAGES, btf)) << page_shift);
 
   __u64* last = bpf_map_lookup_elem(&last_rss, &tgid);
   if (last) {
@@ -95,9 +101,9 @@ static __always_inline int handle_rss_stat(struct mm_struct* mm) {
 }
 
 SEC("tp_btf/rss_stat")
-int BPF_PROG(memory_rss_stat_btf, struct mm_struct* mm, int member) { return handle_rss_stat(mm); }
+int BPF_PROG(memory_rss_stat_btf, struct mm_struct* mm, int member) { return handle_rss_stat(mm, true); }
 
 SEC("raw_tp/rss_stat")
-int BPF_PROG(memory_rss_stat_raw, struct mm_struct* mm, int member) { return handle_rss_stat(mm); }
+int BPF_PROG(memory_rss_stat_raw, struct mm_struct* mm, int member) { return handle_rss_stat(mm, false); }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -33,15 +33,17 @@ struct {
   __type(value, struct ht_wakeup_count);
 } wakeups SEC(".maps");
 
-static __always_inline void on_waking(struct task_struct* p) {
-  __u32 wakee_tgid = BPF_CORE_READ(p, tgid);
+/* `btf`: p is a BTF-typed pointer (tp_btf twin), read with plain loads; a
+ * constant after inlining. This runs on every wakeup of the machine. */
+static __always_inline void on_waking(struct task_struct* p, bool btf) {
+  __u32 wakee_tgid = btf ? p->tgid : BPF_CORE_READ(p, tgid);
   if (!ht_traced_tgid(wakee_tgid)) return;
 
   __u64 id = bpf_get_current_pid_tgid();
   struct ht_wakeup_key key = {};
   key.waker_tgid = id >> 32;
   key.waker_tid = (__u32)id;
-  key.wakee_tid = BPF_CORE_READ(p, pid);
+  key.wakee_tid = btf ? p->pid : BPF_CORE_READ(p, pid);
   __u64 now = bpf_ktime_get_ns();
 
   bool emit = false;
@@ -81,13 +83,13 @@ static __always_inline void on_waking(struct task_struct* p) {
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct* p) {
-  on_waking(p);
+  on_waking(p, true);
   return 0;
 }
 
 SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct* p) {
-  on_waking(p);
+  on_waking(p, false);
   return 0;
 }
 

@@ -135,26 +135,37 @@ void drain(LiveTracer& t, Collected& c, std::chrono::milliseconds span = 300ms) 
 
 void print_hooks(const LiveTracer& t) {
   for (const auto& h : t.hooks()) {
-    if (h.concern != "futex" && h.concern != "syscalls" && h.concern != "sched") continue;
+    if (h.concern != "syscalls" && h.concern != "sched") continue;
     std::cout << "hook " << h.concern << "/" << h.program << " " << h.attach << " "
               << (h.active ? "active" : "inactive") << (h.reason.empty() ? "" : " -- " + h.reason) << "\n";
   }
 }
 
-// Fails the test unless every hook of our three concerns that must run did.
-void expect_wait_hooks_active(const LiveTracer& t) {
+// Fails the test unless every hook of our concerns that must run did, in the
+// twin this run asked for (`suffix`: "_btf" or "_raw").
+void expect_wait_hooks_active(const LiveTracer& t, const std::string& suffix) {
   std::set<std::string> active;
   for (const auto& h : t.hooks()) {
     if (h.program == "*") ADD_FAILURE() << h.concern << " failed: " << h.reason;
     if (h.active) active.insert(h.concern + "/" + h.program);
   }
   for (const char* p :
-       {"futex/futex_sys_enter", "futex/futex_sys_exit", "futex/futex_sched_switch",
-        "syscalls/syscalls_sys_enter", "syscalls/syscalls_sys_exit", "syscalls/syscalls_sched_switch"}) {
-    EXPECT_TRUE(active.count(p)) << p << " not active";
+       {"syscalls/sys_enter", "syscalls/sys_exit", "syscalls/sched_switch", "sched/sched_waking"}) {
+    EXPECT_TRUE(active.count(p + suffix)) << p << suffix << " not active";
   }
-  EXPECT_TRUE(active.count("sched/sched_waking_btf") || active.count("sched/sched_waking_raw"));
 }
+
+// Every test runs twice: with the tp_btf twins this kernel offers, and with
+// the raw_tp twins a kernel without tp_btf would get (the dispatcher reads
+// the syscall registers differently in each).
+class LiveWaits : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam()) setenv("HANGTRACE_LIVE_NO_TP_BTF", "1", 1);
+  }
+  void TearDown() override { unsetenv("HANGTRACE_LIVE_NO_TP_BTF"); }
+  std::string twin() const { return GetParam() ? "_raw" : "_btf"; }
+};
 
 // Default transport settings (batched wakeups; LiveTracer::poll drains what
 // epoll did not announce), so a lone record must still arrive.
@@ -165,7 +176,7 @@ LiveOptions wait_options(std::vector<int> tgids, uint64_t min_block_ns) {
   return opt;
 }
 
-TEST(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
+TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
   HANGTRACE_REQUIRE_BPF();
   Gate gate;
   Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
@@ -176,11 +187,12 @@ TEST(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
   uint64_t a_word = ready["a_word"], b_word = ready["b_word"];
 
   LiveOptions opt = wait_options({pid}, 0);  // stream every wait
+  opt.futex_wake_sample_ns = 0;              // and every wake
   auto started = LiveTracer::start(opt);
   ASSERT_TRUE(started.ok()) << started.error();
   LiveTracer& t = **started;
   print_hooks(t);
-  expect_wait_hooks_active(t);
+  expect_wait_hooks_active(t, twin());
 
   auto t0 = std::chrono::steady_clock::now();
   gate.open();
@@ -286,7 +298,52 @@ TEST(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
   EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
 }
 
-TEST(LiveWaits, FutexWaitvAndFutexWaitAreWaits) {
+// By default wakes are sampled in kernel (one record per thread and word per
+// 10 ms): a ping-pong's waits all arrive, its wakes do not flood the ring.
+TEST_P(LiveWaits, FutexWakesAreSampledByDefault) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(ready.size(), 3u);
+  int pid = static_cast<int>(ready["pid"]);
+  uint64_t a_word = ready["a_word"];
+
+  auto started = LiveTracer::start(wait_options({pid}, 0));
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+  expect_wait_hooks_active(t, twin());
+
+  auto t0 = std::chrono::steady_clock::now();
+  gate.open();
+  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  ASSERT_EQ(done.size(), 2u) << "the ping-pong never finished";
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  int a_tid = static_cast<int>(done["a_tid"]), b_tid = static_cast<int>(done["b_tid"]);
+
+  Collected got;
+  auto count = [&](uint32_t type, uint64_t word, int tid) {
+    size_t n = 0;
+    for (const auto& e : got.of_type<ht_futex_event>(type, pid)) {
+      if (e.uaddr == word && static_cast<int>(e.hdr.tid) == tid) ++n;
+    }
+    return n;
+  };
+  poll_until(t, got, [&] { return count(HT_EV_FUTEX_WAIT, a_word, a_tid) >= kRounds; });
+  drain(t, got);
+  size_t b_wakes = count(HT_EV_FUTEX_WAKE, a_word, b_tid);
+  std::cout << kRounds << " rounds in " << elapsed.count() << " ms; A waits "
+            << count(HT_EV_FUTEX_WAIT, a_word, a_tid) << ", B's wakes of A streamed " << b_wakes << "\n";
+  EXPECT_GE(count(HT_EV_FUTEX_WAIT, a_word, a_tid), static_cast<size_t>(kRounds));
+  // At least the first; at most one per 10 ms (+1 for the first).
+  EXPECT_GE(b_wakes, 1u);
+  EXPECT_LE(b_wakes, static_cast<size_t>(elapsed.count() / 10 + 2));
+  EXPECT_LT(b_wakes, static_cast<size_t>(kRounds));
+  EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
+}
+
+TEST_P(LiveWaits, FutexWaitvAndFutexWaitAreWaits) {
   HANGTRACE_REQUIRE_BPF();
   Gate gate;
   Workload w({repro_path("repro_live_futex2"), gate.arg()});
@@ -329,7 +386,7 @@ TEST(LiveWaits, FutexWaitvAndFutexWaitAreWaits) {
   }
 }
 
-TEST(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
+TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   HANGTRACE_REQUIRE_BPF();
   Gate gate;
   Workload w({repro_path("repro_live_pipe_pingpong"), gate.arg(), std::to_string(kRounds)});
@@ -342,7 +399,7 @@ TEST(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   auto started = LiveTracer::start(opt);
   ASSERT_TRUE(started.ok()) << started.error();
   LiveTracer& t = **started;
-  expect_wait_hooks_active(t);
+  expect_wait_hooks_active(t, twin());
 
   gate.open();
   ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
@@ -406,7 +463,7 @@ TEST(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
 }
 
-TEST(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
+TEST_P(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
   HANGTRACE_REQUIRE_BPF();
   Gate gate;
   Workload w({repro_path("repro_live_sleep"), gate.arg()});
@@ -450,7 +507,7 @@ TEST(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
   EXPECT_TRUE(got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, pid).empty());
 }
 
-TEST(LiveWaits, UntracedProcessProducesNothing) {
+TEST_P(LiveWaits, UntracedProcessProducesNothing) {
   HANGTRACE_REQUIRE_BPF();
   Gate gate;
   Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
@@ -478,6 +535,11 @@ TEST(LiveWaits, UntracedProcessProducesNothing) {
   ASSERT_TRUE(counts.ok()) << counts.error();
   EXPECT_TRUE(counts->empty()) << counts->size() << " wakeup pairs counted";
 }
+
+INSTANTIATE_TEST_SUITE_P(Twins, LiveWaits, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "raw_tp" : "tp_btf";
+                         });
 
 }  // namespace
 }  // namespace hangtrace

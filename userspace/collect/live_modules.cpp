@@ -5,7 +5,6 @@ namespace hangtrace {
 std::vector<std::unique_ptr<TracerModule>> all_live_modules() {
   std::vector<std::unique_ptr<TracerModule>> modules;
   modules.push_back(make_process_module());
-  modules.push_back(make_futex_module());
   modules.push_back(make_syscalls_module());
   modules.push_back(make_sched_module());
   modules.push_back(make_shm_module());

@@ -9,7 +9,6 @@
 namespace hangtrace {
 
 std::unique_ptr<TracerModule> make_process_module();
-std::unique_ptr<TracerModule> make_futex_module();
 std::unique_ptr<TracerModule> make_syscalls_module();
 std::unique_ptr<TracerModule> make_sched_module();
 std::unique_ptr<TracerModule> make_shm_module();

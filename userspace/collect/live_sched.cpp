@@ -1,7 +1,6 @@
 #include "live_sched.h"
 
 #include <bpf/bpf.h>
-#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
 
@@ -15,6 +14,7 @@
 
 #include "hangtrace/abi.h"
 #include "live_modules.h"
+#include "live_twin_hooks.h"
 #include "sched.skel.h"
 
 namespace hangtrace {
@@ -43,83 +43,43 @@ void unregister_map(int fd) {
   std::erase(g_wakeup_maps, fd);
 }
 
-bool has_btf_tracepoint(const char* tp, std::string* why) {
-  btf* vmlinux = btf__load_vmlinux_btf();
-  if (!vmlinux) {
-    *why = "tp_btf unavailable: no vmlinux BTF: " + errno_text(errno);
-    return false;
-  }
-  bool found = btf__find_by_name_kind(vmlinux, fmt::format("btf_trace_{}", tp).c_str(), BTF_KIND_TYPEDEF) > 0;
-  btf__free(vmlinux);
-  if (!found) *why = fmt::format("tp_btf unavailable: no btf_trace_{} in vmlinux BTF", tp);
-  return found;
-}
-
 class SchedModule : public TracerModule {
  public:
   ~SchedModule() override {
     if (map_fd_ >= 0) unregister_map(map_fd_);
+    hooks_.detach();
     sched_bpf__destroy(skel_);
   }
   const char* name() const override { return "sched"; }
 
   Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
-    use_btf_ = has_btf_tracepoint("sched_waking", &why_raw_);
-    auto r = try_load(maps, options, use_btf_);
-    if (!r && use_btf_) {
-      // A verifier that refuses tp_btf here only costs a retry.
-      why_raw_ = "tp_btf rejected at load: " + r.error();
-      use_btf_ = false;
-      r = try_load(maps, options, false);
-    }
-    if (!r) return make_error("failed to load BPF sched tracer: " + r.error());
+    auto loaded = hooks_.load(
+        [&]() -> Result<bpf_object*> {
+          skel_ = sched_bpf__open();
+          if (!skel_) return make_error("open: " + errno_text(errno));
+          auto shared = maps.reuse_in(skel_->obj);
+          if (!shared) return make_error(shared.error());
+          skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
+          return skel_->obj;
+        },
+        [&]() { return sched_bpf__load(skel_); },
+        [&]() {
+          sched_bpf__destroy(skel_);
+          skel_ = nullptr;
+        });
+    if (!loaded) return loaded;
     map_fd_ = bpf_map__fd(skel_->maps.wakeups);
     register_map(map_fd_);
     return true;
   }
 
-  Result<bool> attach() override {
-    hooks_.clear();
-    bpf_program* chosen = use_btf_ ? skel_->progs.sched_waking_btf : skel_->progs.sched_waking_raw;
-    bpf_link** link = use_btf_ ? &skel_->links.sched_waking_btf : &skel_->links.sched_waking_raw;
-    *link = bpf_program__attach(chosen);
-    if (!*link) {
-      int err = errno;
-      *link = nullptr;
-      return make_error(fmt::format("failed to attach {}: {}", bpf_program__name(chosen), errno_text(err)));
-    }
-    HookStatus btf{name(), "sched_waking_btf", "tp_btf/sched_waking", use_btf_, use_btf_ ? "" : why_raw_};
-    HookStatus raw{name(), "sched_waking_raw", "raw_tp/sched_waking", !use_btf_,
-                   use_btf_ ? "not needed: twin sched_waking_btf attached" : ""};
-    hooks_ = {btf, raw};
-    return true;
-  }
-
-  std::vector<HookStatus> hooks() const override { return hooks_; }
+  Result<bool> attach() override { return hooks_.attach(); }
+  std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
 
  private:
-  Result<bool> try_load(const SharedMaps& maps, const LiveOptions& options, bool btf) {
-    sched_bpf__destroy(skel_);
-    skel_ = sched_bpf__open();
-    if (!skel_) return make_error("open: " + errno_text(errno));
-    auto shared = maps.reuse_in(skel_->obj);
-    if (!shared) return shared;
-    skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
-    bpf_program__set_autoload(skel_->progs.sched_waking_btf, btf);
-    bpf_program__set_autoload(skel_->progs.sched_waking_raw, !btf);
-    if (int err = sched_bpf__load(skel_)) {
-      sched_bpf__destroy(skel_);
-      skel_ = nullptr;
-      return make_error(fmt::format("load ({}): {}", btf ? "tp_btf" : "raw_tp", errno_text(err)));
-    }
-    return true;
-  }
-
   sched_bpf* skel_ = nullptr;
   int map_fd_ = -1;
-  bool use_btf_ = false;
-  std::string why_raw_;
-  std::vector<HookStatus> hooks_;
+  TwinHooks hooks_{"sched", {{"sched_waking", "sched_waking", true}}};
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
-// The "shm" concern (bpf/shm.bpf.c): /dev/shm (tmpfs) files of traced tasks
-// -- create, truncate, fallocate, mmap, unlink, ENOSPC, faults on shared
-// tmpfs mappings, and the SIGBUS a failed fault ends in.
+// The "shm" concern (bpf/shm.bpf.c): faults of traced tasks on shared tmpfs
+// mappings, and the SIGBUS a failed fault ends in. Its syscall part (create,
+// truncate, fallocate, mmap, unlink, ENOSPC) runs in the syscall dispatcher
+// (live_syscalls.cpp).
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,12 +58,12 @@ class ShmModule : public TracerModule {
 
  private:
   shm_bpf* skel_ = nullptr;
-  // The syscalls carry the create/truncate/mmap/ENOSPC story; faults and
-  // SIGBUS need bpf_find_vma (5.17+) and, for faults, an x86 tracepoint.
-  TwinHooks hooks_{"shm",
-                   {{"shm_sys_exit", "sys_exit", true},
-                    {"shm_page_fault", "page_fault_user", false},
-                    {"shm_signal_generate", "signal_generate", false}}};
+  // The syscalls (create/truncate/mmap/ENOSPC) run in the syscall
+  // dispatcher; faults and SIGBUS need bpf_find_vma (5.17+) and, for
+  // faults, an x86 tracepoint.
+  TwinHooks hooks_{
+      "shm",
+      {{"shm_page_fault", "page_fault_user", false}, {"shm_signal_generate", "signal_generate", false}}};
 };
 
 }  // namespace

@@ -1,20 +1,29 @@
-// The "syscalls" concern (bpf/syscalls.bpf.c): blocking syscalls of the traced
-// tasks (fd I/O, sockets, poll/select/epoll, accept/connect, wait4/waitid,
-// sleeps) that last at least LiveOptions::min_block_ns, with the fd's object.
-#include <bpf/libbpf.h>
-#include <fmt/format.h>
+// The "syscalls" concern (bpf/syscalls.bpf.c): the syscall dispatcher. One
+// program on sys_enter, one on sys_exit and one on sched_switch run the
+// futex concern (waits and sampled wakes), the blocking-calls concern (fd I/O,
+// sockets, poll/select/epoll, accept/connect, wait4/waitid, sleeps lasting at
+// least LiveOptions::min_block_ns, with the fd's object) and the syscall part
+// of the /dev/shm concern.
+#include "hangtrace/abi.h"
+#include "live_modules.h"
+#include "live_twin_hooks.h"
+#include "syscalls.skel.h"
 
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
-#include <vector>
-
-#include "syscalls.skel.h"
-#include "hangtrace/abi.h"
-#include "live_modules.h"
 
 namespace hangtrace {
+
+static_assert(sizeof(ht_futex_event) == 80);
+static_assert(offsetof(ht_futex_event, uaddr) == 40);
+static_assert(offsetof(ht_futex_event, op) == 48);
+static_assert(offsetof(ht_futex_event, ret) == 52);
+static_assert(offsetof(ht_futex_event, duration_ns) == 56);
+static_assert(offsetof(ht_futex_event, timeout_ns) == 64);
+static_assert(offsetof(ht_futex_event, kstack_id) == 72);
+static_assert(offsetof(ht_futex_event, ustack_id) == 76);
 
 static_assert(sizeof(ht_syscall_event) == 112);
 static_assert(offsetof(ht_syscall_event, nr) == 40);
@@ -29,47 +38,46 @@ static_assert(offsetof(ht_syscall_event, ustack_id) == 108);
 
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
-
 class SyscallsModule : public TracerModule {
  public:
-  ~SyscallsModule() override { syscalls_bpf__destroy(skel_); }
+  ~SyscallsModule() override {
+    hooks_.detach();
+    syscalls_bpf__destroy(skel_);
+  }
   const char* name() const override { return "syscalls"; }
 
   Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
-    skel_ = syscalls_bpf__open();
-    if (!skel_) return make_error("failed to load BPF syscall tracer: open: " + errno_text(errno));
-    auto shared = maps.reuse_in(skel_->obj);
-    if (!shared) return shared;
-    skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
-    skel_->rodata->min_block_ns = options.min_block_ns;
-    // raw_tp only (see syscalls.bpf.c): nothing to probe, every kernel with
-    // BPF ring buffers has raw tracepoints.
-    if (int err = syscalls_bpf__load(skel_)) {
-      return make_error("failed to load BPF syscall tracer: " + errno_text(err));
-    }
-    return true;
-  }
-
-  Result<bool> attach() override {
-    hooks_.clear();
-    return attach_hooks(
-        name(),
-        {
-            {skel_->progs.syscalls_sys_enter, &skel_->links.syscalls_sys_enter, "raw_tp/sys_enter", true, ""},
-            {skel_->progs.syscalls_sys_exit, &skel_->links.syscalls_sys_exit, "raw_tp/sys_exit", true, ""},
-            // Only the stacks of waits depend on this one.
-            {skel_->progs.syscalls_sched_switch, &skel_->links.syscalls_sched_switch, "raw_tp/sched_switch",
-             false, "blocking calls reported without stacks"},
+    return hooks_.load(
+        [&]() -> Result<bpf_object*> {
+          skel_ = syscalls_bpf__open();
+          if (!skel_) return make_error(std::string("open: ") + std::strerror(errno));
+          auto shared = maps.reuse_in(skel_->obj);
+          if (!shared) return make_error(shared.error());
+          skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
+          skel_->rodata->min_block_ns = options.min_block_ns;
+          skel_->rodata->wake_emit_ns = options.futex_wake_sample_ns;
+          skel_->rodata->page_shift = page_shift();
+          return skel_->obj;
         },
-        hooks_);
+        [&]() { return syscalls_bpf__load(skel_); },
+        [&]() {
+          syscalls_bpf__destroy(skel_);
+          skel_ = nullptr;
+        });
   }
 
-  std::vector<HookStatus> hooks() const override { return hooks_; }
+  Result<bool> attach() override { return hooks_.attach(); }
+  std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
 
  private:
   syscalls_bpf* skel_ = nullptr;
-  std::vector<HookStatus> hooks_;
+  // Entry and exit carry every record; sched_switch adds where a call first
+  // slept (kernel stack) and resolves its fd then -- without it, waits are
+  // reported without kernel stacks and fds resolved at exit.
+  TwinHooks hooks_{"syscalls",
+                   {{"sys_enter", "sys_enter", true},
+                    {"sys_exit", "sys_exit", true},
+                    {"sched_switch", "sched_switch", false}}};
 };
 
 }  // namespace

@@ -22,6 +22,9 @@ struct LiveOptions {
   uint64_t ringbuf_bytes = 8u << 20;    // power of two
   uint64_t wakeup_bytes = 64u << 10;    // ring buffer wakes userspace past this much data
   uint64_t rss_step_bytes = 64u << 20;  // an RSS event each time RSS moves this much
+  // Futex wakes are streamed at most once per thread and futex word this
+  // often (0: every wake); who woke whom is counted exactly in kernel anyway.
+  uint64_t futex_wake_sample_ns = 10'000'000;
   int verbosity = 0;
 };
 

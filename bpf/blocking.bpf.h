@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The blocking-syscalls concern, run by the syscall dispatcher
+ * (bpf/syscalls.bpf.c): fd I/O, sockets, poll/select/epoll, accept/connect,
+ * wait4/waitid and sleeps of the traced tasks become HT_EV_SYSCALL_BLOCK when
+ * a call lasts at least min_block_ns, with the fd's object identity (inode
+ * and kind), the kernel stack where it first slept and the user stack of the
+ * call.
+ *
+ * The fd is resolved to its object when the call first sleeps (or, for a
+ * call reported without having slept, at exit), not at entry: most reads and
+ * writes never block, and a pipe ping-pong must not pay seven probe reads per
+ * call for them. While the call runs the fd table entry cannot change under
+ * it (the call holds its file), and a close from another thread during it is
+ * the one race this accepts.
+ */
+#ifndef HANGTRACE_BLOCKING_BPF_H
+#define HANGTRACE_BLOCKING_BPF_H
+
+#include "call_state.bpf.h"
+
+/* i_mode file types */
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define S_IFREG 0100000
+#define S_IFIFO 0010000
+
+/* ht_syscall_event.obj_kind */
+#define OBJ_UNKNOWN 0
+#define OBJ_PIPE 1
+#define OBJ_SOCKET 2
+#define OBJ_FILE 3
+#define OBJ_ANON 4
+
+const volatile bool trace_blocking = true;
+
+/* current->files->fdt->fd[fd]->f_inode, bounds-checked against max_fds.
+ * `btf` (a constant after inlining): the caller is a tp_btf program, which
+ * runs under RCU, so the chain is followed with plain loads of trusted
+ * pointers; the raw_tp twin probe-reads each hop. */
+static __always_inline void blocking_resolve_fd(struct call_state* s, bool btf) {
+  s->resolved = 1;
+  int fd = (int)s->obj;
+  if (fd < 0) return;
+  struct task_struct* t = bpf_get_current_task_btf();
+  struct fdtable* fdt = btf ? t->files->fdt : BPF_CORE_READ(t, files, fdt);
+  if (!fdt) return;
+  unsigned int max_fds = btf ? fdt->max_fds : BPF_CORE_READ(fdt, max_fds);
+  if ((unsigned int)fd >= max_fds) return;
+  struct file** fds = btf ? fdt->fd : BPF_CORE_READ(fdt, fd);
+  struct file* f = NULL;
+  /* A variable index into the array: a probe read in either twin. */
+  if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) != 0 || !f) return;
+  struct inode* ino = BPF_CORE_READ(f, f_inode);
+  if (!ino) return;
+  s->obj_inode = BPF_CORE_READ(ino, i_ino);
+  switch (BPF_CORE_READ(ino, i_mode) & S_IFMT) {
+    case S_IFIFO:
+      s->obj_kind = OBJ_PIPE;
+      break;
+    case S_IFSOCK:
+      s->obj_kind = OBJ_SOCKET;
+      break;
+    case S_IFREG:
+      s->obj_kind = OBJ_FILE;
+      break;
+    default:
+      s->obj_kind = OBJ_ANON; /* eventfd, epoll, timerfd, char devices, ... */
+  }
+}
+
+/* sys_enter of a blocking call (has_fd: its first argument is an fd). */
+static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool has_fd, bool btf) {
+  struct call_state* s = traced_call_state();
+  if (!s) return;
+  s->kind = CALL_BLOCKING;
+  s->nr = nr;
+  s->args[0] = HT_SC_ARG1(regs, btf);
+  s->args[1] = HT_SC_ARG2(regs, btf);
+  s->args[2] = HT_SC_ARG3(regs, btf);
+  s->obj = has_fd ? (__u64)(__s64)(__s32)s->args[0] : (__u64)-1;
+  s->obj_kind = OBJ_UNKNOWN;
+  s->obj_inode = 0;
+  s->resolved = !has_fd;
+  s->slept = 0;
+  s->kstack_id = -ENOENT;
+  s->ts_ns = bpf_ktime_get_ns();
+}
+
+/* A call that lasted long enough (its state already cleared by the caller). */
+static __always_inline void blocking_emit(void* ctx, struct call_state* s, long ret, __u64 duration,
+                                          __u64 now, bool btf) {
+  if (!s->resolved) blocking_resolve_fd(s, btf);
+  struct ht_syscall_event* e = ht_reserve(HT_EV_SYSCALL_BLOCK, sizeof(*e));
+  if (!e) return;
+  e->nr = s->nr;
+  e->ret = ret;
+  e->duration_ns = duration;
+  e->fd = (__s32)s->obj;
+  e->obj_kind = s->obj_kind;
+  e->obj_inode = s->obj_inode;
+  e->args[0] = s->args[0];
+  e->args[1] = s->args[1];
+  e->args[2] = s->args[2];
+  e->kstack_id = s->kstack_id;
+  e->ustack_id = take_user_stack(ctx, s, now);
+  ht_submit(e);
+}
+
+#endif /* HANGTRACE_BLOCKING_BPF_H */

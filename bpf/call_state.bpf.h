@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The syscall dispatcher's per-thread state (bpf/syscalls.bpf.c) and the
+ * twin-aware reads of a syscall's saved user registers.
+ *
+ * A thread is in at most one syscall at a time, so one record per thread
+ * serves every concern the dispatcher runs (futex waits, blocking calls):
+ * one task-storage lookup per hook instead of one per concern.
+ */
+#ifndef HANGTRACE_CALL_STATE_BPF_H
+#define HANGTRACE_CALL_STATE_BPF_H
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "live_maps.bpf.h"
+
+#ifndef ENOENT
+#define ENOENT 2
+#endif
+
+/* call_state.kind */
+#define CALL_FUTEX_WAIT 1
+#define CALL_BLOCKING 2
+
+struct call_state {
+  /* The call in progress; ts_ns == 0: none. */
+  __u64 ts_ns;
+  __s64 nr;
+  __u64 args[3];    /* blocking: the first three arguments as passed */
+  __u64 obj;        /* what the call waits on: futex word (uaddr) or fd */
+  __u64 timeout_ns; /* futex: the timespec as given, 0 if none */
+  __u64 obj_inode;  /* blocking: the fd's inode, resolved when the call first sleeps */
+  __u32 kind;       /* CALL_* */
+  __u32 op;         /* futex op (with HT_FUTEX_OP_* flags) */
+  __u32 obj_kind;   /* blocking: OBJ_* of the fd */
+  __u8 slept;       /* the call has been switched out voluntarily */
+  __u8 resolved;    /* obj_kind/obj_inode are filled in */
+  __u8 pad[2];
+  __s32 kstack_id; /* where it first slept; -ENOENT until then */
+  /* Stack walks (~1 us each) are throttled per thread: a call on the same
+   * syscall and object as the last walk, within the interval, reuses its id
+   * (the path through the kernel, and the call site, of a loop's wait on
+   * one word or fd do not change). */
+  __s32 kwalk_id;
+  __u64 kwalk_ns, kwalk_nr, kwalk_obj;
+  __s32 uwalk_id;
+  __u32 pad2;
+  __u64 uwalk_ns, uwalk_nr, uwalk_obj;
+  /* futex wake records are sampled: one per word per thread per interval. */
+  __u64 wake_uaddr, wake_emit_ns;
+};
+
+/* Task-local storage rather than a hash keyed by tid: no hashing on the hot
+ * paths, a NULL check for tasks never traced, and it is freed with the task,
+ * so nothing leaks when a thread dies mid-call. Created only for threads of
+ * traced processes (traced_tgids only ever grows while a process lives), so
+ * finding it also answers "is this thread traced?" without the hash. */
+struct {
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct call_state);
+} call_tasks SEC(".maps");
+
+static __always_inline struct call_state* call_state_of_current(void) {
+  return bpf_task_storage_get(&call_tasks, bpf_get_current_task_btf(), 0, 0);
+}
+
+/* The current thread's state, created when its process is traced; NULL for
+ * threads outside the traced set. */
+static __always_inline struct call_state* traced_call_state(void) {
+  struct call_state* s = call_state_of_current();
+  if (s) return s;
+  if (!ht_current_traced()) return NULL;
+  return bpf_task_storage_get(&call_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/*
+ * A saved user register of the syscall. In the tp_btf twin `regs` is a
+ * BTF-typed pointer and this is a plain (fault-checked) load; in the raw_tp
+ * twin it is a probe read. `btf` is a constant after inlining, so each twin
+ * keeps one branch.
+ */
+#define HT_REG(regs, btf, field) ((btf) ? (__u64)(regs)->field : (__u64)BPF_CORE_READ((regs), field))
+
+#if defined(bpf_target_x86)
+#define HT_SC_NR(r, btf) ((__s64)HT_REG(r, btf, orig_ax))
+#define HT_SC_ARG1(r, btf) HT_REG(r, btf, di)
+#define HT_SC_ARG2(r, btf) HT_REG(r, btf, si)
+#define HT_SC_ARG3(r, btf) HT_REG(r, btf, dx)
+#define HT_SC_ARG4(r, btf) HT_REG(r, btf, r10)
+#define HT_SC_ARG5(r, btf) HT_REG(r, btf, r8)
+#elif defined(bpf_target_arm64)
+#define HT_SC_NR(r, btf) ((__s64)HT_REG(r, btf, syscallno))
+#define HT_SC_ARG1(r, btf) HT_REG(r, btf, orig_x0)
+#define HT_SC_ARG2(r, btf) HT_REG(r, btf, regs[1])
+#define HT_SC_ARG3(r, btf) HT_REG(r, btf, regs[2])
+#define HT_SC_ARG4(r, btf) HT_REG(r, btf, regs[3])
+#define HT_SC_ARG5(r, btf) HT_REG(r, btf, regs[4])
+#else
+#error "call_state.bpf.h: syscall register layout unknown for this arch"
+#endif
+
+/* Settings (set from LiveOptions before load). */
+const volatile __u64 min_block_ns = 5000000;        /* calls shorter than this are not streamed */
+const volatile __u64 kstack_interval_ns = 10000000; /* kernel stack walk throttle */
+const volatile __u64 ustack_interval_ns = 10000000; /* user stack walk throttle */
+
+/* The kernel stack where the call first slept (ctx: the sched_switch one). */
+static __always_inline void take_kernel_stack(void* ctx, struct call_state* s) {
+  __u64 now = bpf_ktime_get_ns();
+  if (s->kwalk_id >= 0 && s->kwalk_nr == s->nr && s->kwalk_obj == s->obj &&
+      now - s->kwalk_ns < kstack_interval_ns) {
+    s->kstack_id = s->kwalk_id;
+    return;
+  }
+  s->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
+  s->kwalk_id = s->kstack_id;
+  s->kwalk_ns = now;
+  s->kwalk_nr = s->nr;
+  s->kwalk_obj = s->obj;
+}
+
+/* The user stack of a call being reported (ctx: the sys_exit one). The user
+ * registers at exit are those at entry: the call returns where it was made. */
+static __always_inline __s32 take_user_stack(void* ctx, struct call_state* s, __u64 now) {
+  if (s->uwalk_id >= 0 && s->uwalk_nr == s->nr && s->uwalk_obj == s->obj &&
+      now - s->uwalk_ns < ustack_interval_ns)
+    return s->uwalk_id;
+  s->uwalk_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+  s->uwalk_ns = now;
+  s->uwalk_nr = s->nr;
+  s->uwalk_obj = s->obj;
+  return s->uwalk_id;
+}
+
+#endif /* HANGTRACE_CALL_STATE_BPF_H */
