@@ -91,7 +91,7 @@ static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool 
 static __always_inline void blocking_emit(void* ctx, struct call_state* s, long ret, __u64 duration,
                                           __u64 now, bool btf) {
   if (!s->resolved) blocking_resolve_fd(s, btf);
-  struct ht_syscall_event* e = ht_reserve(HT_EV_SYSCALL_BLOCK, sizeof(*e));
+  struct ht_syscall_event* e = ht_reserve_at(HT_EV_SYSCALL_BLOCK, sizeof(*e), now);
   if (!e) return;
   e->nr = s->nr;
   e->ret = ret;

@@ -102,7 +102,7 @@ static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf
 /* A wait that lasted long enough (its state already cleared by the caller). */
 static __always_inline void futex_emit_wait(void* ctx, struct call_state* s, long ret, __u64 duration,
                                             __u64 now) {
-  struct ht_futex_event* e = ht_reserve(HT_EV_FUTEX_WAIT, sizeof(*e));
+  struct ht_futex_event* e = ht_reserve_at(HT_EV_FUTEX_WAIT, sizeof(*e), now);
   if (!e) return;
   e->uaddr = s->obj;
   e->op = s->op;
@@ -135,7 +135,7 @@ static __always_inline void futex_exit_wake(struct pt_regs* regs, long ret, bool
   s->wake_uaddr = uaddr;
   s->wake_emit_ns = now;
 
-  struct ht_futex_event* e = ht_reserve(HT_EV_FUTEX_WAKE, sizeof(*e));
+  struct ht_futex_event* e = ht_reserve_at(HT_EV_FUTEX_WAKE, sizeof(*e), now);
   if (!e) return;
   e->uaddr = uaddr;
   e->op = op;

@@ -60,9 +60,9 @@ static __always_inline bool ht_current_traced(void)
 	return ht_traced_tgid(bpf_get_current_pid_tgid() >> 32);
 }
 
-/* Reserves a record and fills its header for the current task; NULL (and a
- * counted drop) when the ring buffer is full. */
-static __always_inline void *ht_reserve(__u32 type, __u32 size)
+/* Reserves a record and fills its header for the current task, stamped
+ * `now_ns`; NULL (and a counted drop) when the ring buffer is full. */
+static __always_inline void *ht_reserve_at(__u32 type, __u32 size, __u64 now_ns)
 {
 	struct ht_event_header *h = bpf_ringbuf_reserve(&events, size, 0);
 	if (!h) {
@@ -72,18 +72,30 @@ static __always_inline void *ht_reserve(__u32 type, __u32 size)
 	__u64 id = bpf_get_current_pid_tgid();
 	h->type = type;
 	h->size = size;
-	h->ts_ns = bpf_ktime_get_ns();
+	h->ts_ns = now_ns;
 	h->tgid = id >> 32;
 	h->tid = (__u32)id;
 	bpf_get_current_comm(h->comm, sizeof(h->comm));
 	return h;
 }
 
-static __always_inline void ht_submit(void *rec)
+static __always_inline void *ht_reserve(__u32 type, __u32 size)
+{
+	return ht_reserve_at(type, size, bpf_ktime_get_ns());
+}
+
+/* Wakes the consumer once, when this record takes the queue across
+ * ht_wakeup_bytes: a consumer that is behind is already awake, and a wakeup
+ * (an IPI) per record would only slow both sides. `size` is the record's
+ * size as reserved. */
+static __always_inline void ht_submit_sized(void *rec, __u32 size)
 {
 	__u64 queued = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	bpf_ringbuf_submit(rec, queued >= ht_wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	bool crossing = queued >= ht_wakeup_bytes && queued < ht_wakeup_bytes + size + 8;
+	bpf_ringbuf_submit(rec, crossing ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	ht_count(HT_CNT_EVENTS);
 }
+
+#define ht_submit(rec) ht_submit_sized((rec), sizeof(*(rec)))
 
 #endif /* HANGTRACE_LIVE_MAPS_BPF_H */
