@@ -100,6 +100,17 @@ struct KernelTaskView {
   int32_t stack_error = 0;  // -errno from bpf_get_task_stack, 0 if fine
 };
 
+// One frame of a thread's user-space stack, innermost first: Python frames read
+// from the interpreter's memory, native frames unwound and symbolized.
+struct UserFrame {
+  enum class Kind : uint8_t { Native, Python };
+  Kind kind = Kind::Native;
+  std::string function;  // "DataLoader._try_get_data", "pthread_mutex_lock"
+  std::string file;      // source file (Python) or module path (native)
+  int line = 0;          // Python: the line being executed; 0 when unknown
+  uint64_t addr = 0;     // native: instruction address; 0 for Python frames
+};
+
 struct ThreadInfo {
   int tid = 0;
   std::string comm;
@@ -114,6 +125,12 @@ struct ThreadInfo {
   uint64_t cpu_ns_start = 0, cpu_ns_end = 0;
   uint64_t io_bytes_start = 0, io_bytes_end = 0;
   bool progress_sampled = false;
+  // Empty when not read (not a Python process, or the read failed: see
+  // python_stack_error).
+  std::vector<UserFrame> python_stack;
+  std::string python_stack_error;
+  bool holds_gil = false;
+  std::vector<UserFrame> native_stack;
 };
 
 enum class ProcessRole { Target, Descendant, Peer };
