@@ -176,30 +176,52 @@ LiveOptions wait_options(std::vector<int> tgids, uint64_t min_block_ns) {
   return opt;
 }
 
-TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
-  HANGTRACE_REQUIRE_BPF();
+// A futex ping-pong of kRounds under a tracer started with `opt` (the
+// workload's pid is added to its tgids) once the workload is ready; returns
+// when both threads are done.
+struct PingPongRun {
+  int pid = 0, a_tid = 0, b_tid = 0;
+  uint64_t a_word = 0, b_word = 0;
+  std::chrono::milliseconds elapsed{};
+  std::unique_ptr<LiveTracer> tracer;
+};
+
+void run_futex_pingpong(LiveOptions opt, const std::string& twin, PingPongRun& run) {
   Gate gate;
   Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
   gate.close_read_end();
   auto ready = parse_fields(w.wait_for_line("READY"));
   ASSERT_EQ(ready.size(), 3u);
-  int pid = static_cast<int>(ready["pid"]);
-  uint64_t a_word = ready["a_word"], b_word = ready["b_word"];
+  run.pid = static_cast<int>(ready["pid"]);
+  run.a_word = ready["a_word"];
+  run.b_word = ready["b_word"];
 
-  LiveOptions opt = wait_options({pid}, 0);  // stream every wait
-  opt.futex_wake_sample_ns = 0;              // and every wake
+  opt.tgids.push_back(run.pid);
   auto started = LiveTracer::start(opt);
   ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-  print_hooks(t);
-  expect_wait_hooks_active(t, twin());
+  run.tracer = std::move(*started);
+  print_hooks(*run.tracer);
+  expect_wait_hooks_active(*run.tracer, twin);
 
   auto t0 = std::chrono::steady_clock::now();
   gate.open();
   auto done = parse_fields(w.wait_for_line("DONE", 30s));
   ASSERT_EQ(done.size(), 2u) << "the ping-pong never finished";
-  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-  int a_tid = static_cast<int>(done["a_tid"]), b_tid = static_cast<int>(done["b_tid"]);
+  run.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  run.a_tid = static_cast<int>(done["a_tid"]);
+  run.b_tid = static_cast<int>(done["b_tid"]);
+}
+
+TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
+  HANGTRACE_REQUIRE_BPF();
+  LiveOptions opt = wait_options({}, 0);  // stream every wait
+  opt.futex_wake_sample_ns = 0;           // and every wake
+  PingPongRun run;
+  ASSERT_NO_FATAL_FAILURE(run_futex_pingpong(opt, twin(), run));
+  LiveTracer& t = *run.tracer;
+  const int pid = run.pid, a_tid = run.a_tid, b_tid = run.b_tid;
+  const uint64_t a_word = run.a_word, b_word = run.b_word;
+  const auto elapsed = run.elapsed;
 
   Collected got;
   auto waits_on = [&](uint64_t word, int tid) {
@@ -302,25 +324,12 @@ TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
 // 10 ms): a ping-pong's waits all arrive, its wakes do not flood the ring.
 TEST_P(LiveWaits, FutexWakesAreSampledByDefault) {
   HANGTRACE_REQUIRE_BPF();
-  Gate gate;
-  Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
-  gate.close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  ASSERT_EQ(ready.size(), 3u);
-  int pid = static_cast<int>(ready["pid"]);
-  uint64_t a_word = ready["a_word"];
-
-  auto started = LiveTracer::start(wait_options({pid}, 0));
-  ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-  expect_wait_hooks_active(t, twin());
-
-  auto t0 = std::chrono::steady_clock::now();
-  gate.open();
-  auto done = parse_fields(w.wait_for_line("DONE", 30s));
-  ASSERT_EQ(done.size(), 2u) << "the ping-pong never finished";
-  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-  int a_tid = static_cast<int>(done["a_tid"]), b_tid = static_cast<int>(done["b_tid"]);
+  PingPongRun run;
+  ASSERT_NO_FATAL_FAILURE(run_futex_pingpong(wait_options({}, 0), twin(), run));
+  LiveTracer& t = *run.tracer;
+  const int pid = run.pid, a_tid = run.a_tid, b_tid = run.b_tid;
+  const uint64_t a_word = run.a_word;
+  const auto elapsed = run.elapsed;
 
   Collected got;
   auto count = [&](uint32_t type, uint64_t word, int tid) {
