@@ -8,6 +8,7 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev
   python3 python3-torch   # the bundled hung job and the PyTorch scenarios
   procps gdb strace       # peers in scripts/bench_snapshot.sh
+  chromium                # renders the flame graph in tests (headless screenshot)
 )
 
 missing=()

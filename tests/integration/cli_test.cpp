@@ -112,5 +112,49 @@ TEST(Cli, TargetThatExitsIsReportedNotCrashed) {
   EXPECT_NE(r.err.find("no such process"), std::string::npos) << r.err;
 }
 
+// The postmortem exports (--folded, --flamegraph, --speedscope, --trace) are
+// written whole; an unwritable path is one line, exit 1, and no temp file.
+TEST(Cli, ExportsAreWrittenWholeOrNotAtAll) {
+  std::string dir = temp_dir();
+  std::string snap = dir + "/snap.json";
+  std::ofstream(snap) << R"({"schema": "hangtrace.snapshot/1", "target_pid": 4242, "processes": [)"
+                      << R"({"pid": 4242, "comm": "train", "role": "target", "state": "S", "threads": [)"
+                      << R"({"tid": 4242, "comm": "train", "state": "S"}]}]})";
+  auto ok =
+      run_command({hangtrace_path(), "--from-snapshot", snap, "--folded", dir + "/f.folded", "--flamegraph",
+                   dir + "/f.svg", "--speedscope", dir + "/s.json", "--trace", dir + "/t.json"});
+  EXPECT_NE(ok.exit_code, 1) << ok.err;
+  for (const char* name : {"/f.folded", "/f.svg", "/s.json", "/t.json"}) {
+    struct stat st {};
+    EXPECT_EQ(stat((dir + name).c_str(), &st), 0) << name;
+  }
+  std::ifstream svg(dir + "/f.svg");
+  std::string svg_text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(svg_text.find("</svg>"), std::string::npos);
+  nlohmann::json speedscope, trace;
+  EXPECT_NO_THROW(speedscope = nlohmann::json::parse(std::ifstream(dir + "/s.json")));
+  EXPECT_NO_THROW(trace = nlohmann::json::parse(std::ifstream(dir + "/t.json")));
+  EXPECT_TRUE(speedscope.contains("profiles"));
+  EXPECT_FALSE(trace.is_null());
+
+  for (const char* flag : {"--folded", "--flamegraph", "--speedscope", "--trace"}) {
+    auto bad = run_command({hangtrace_path(), "--from-snapshot", snap, flag, "/nonexistent/dir/x.svg"});
+    EXPECT_EQ(bad.exit_code, 1) << flag << bad.err;
+    EXPECT_EQ(count_lines(bad.err), 1u) << flag << bad.err;
+    EXPECT_NE(bad.err.find("failed to write /nonexistent/dir/x.svg: "), std::string::npos) << bad.err;
+  }
+  // A target that cannot be replaced (a directory): the temp file is made,
+  // then the rename fails; nothing may be left behind.
+  std::string blocker = dir + "/is_a_dir.svg";
+  ASSERT_EQ(mkdir(blocker.c_str(), 0755), 0);
+  auto bad = run_command({hangtrace_path(), "--from-snapshot", snap, "--flamegraph", blocker});
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_EQ(count_lines(bad.err), 1u) << bad.err;
+  EXPECT_NE(bad.err.find("failed to write " + blocker), std::string::npos) << bad.err;
+  auto ls = run_command({"ls", "-A", dir});
+  EXPECT_EQ(ls.out.find(".tmp."), std::string::npos) << ls.out;
+  std::system(("rm -rf " + dir).c_str());
+}
+
 }  // namespace
 }  // namespace hangtrace::testing

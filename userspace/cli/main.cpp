@@ -26,6 +26,7 @@
 #include "collector.h"
 #include "demo_job.h"
 #include "hangtrace/analysis.h"
+#include "hangtrace/exports.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
 #include "live_session.h"
@@ -111,9 +112,40 @@ struct Options {
   std::string json_path;
   std::string save_snapshot_path;
   std::string from_snapshot_path;
+  std::string folded_path, flamegraph_path, speedscope_path, trace_path;  // postmortem exports
   int verbosity = 0;
   bool no_bpf = false;
 };
+
+// The postmortem exports (docs/exports.md), each written whole or not at all.
+bool write_exports(const Snapshot& snap, const Diagnosis& d, const Options& opt, const LiveObservation* live,
+                   std::string* error) {
+  if (opt.folded_path.empty() && opt.flamegraph_path.empty() && opt.speedscope_path.empty() &&
+      opt.trace_path.empty())
+    return true;
+  FoldedProfile folded = build_folded(snap, &d, live);
+  std::string name = fmt::format("hangtrace: pid {}", snap.target_pid);
+  if (const ProcessInfo* p = snap.process(snap.target_pid); p && !p->comm.empty())
+    name = fmt::format("hangtrace: {} (pid {})", p->comm, snap.target_pid);
+  if (!opt.folded_path.empty() && !write_output(opt.folded_path, render_folded(folded), error)) return false;
+  if (!opt.flamegraph_path.empty()) {
+    FlameGraphOptions fo;
+    fo.title = name + ": blocked time";
+    fo.subtitle = d.verdict.summary;
+    if (!write_output(opt.flamegraph_path, render_flamegraph_svg(folded, fo), error)) return false;
+  }
+  // A comm is raw bytes: invalid UTF-8 is replaced, not thrown on.
+  auto dump = [](const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  };
+  if (!opt.speedscope_path.empty() &&
+      !write_output(opt.speedscope_path, dump(render_speedscope(folded, name)), error))
+    return false;
+  if (!opt.trace_path.empty() &&
+      !write_output(opt.trace_path, dump(render_chrome_trace(snap, &d, live)), error))
+    return false;
+  return true;
+}
 
 int report(const Snapshot& snap, const Options& opt, const LiveObservation* live = nullptr) {
   AnalysisOptions analysis;
@@ -127,6 +159,7 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
   if (!opt.json_path.empty() &&
       !write_output(opt.json_path, render_json(snap, d, live).dump(2) + "\n", &error))
     return fail(error);
+  if (!write_exports(snap, d, opt, live, &error)) return fail(error);
   if (!json_to_stdout) {
     ReportOptions ro;
     ro.verbosity = opt.verbosity;
@@ -445,6 +478,14 @@ int main(int argc, char** argv) {
   app.add_option("--json", opt.json_path, "write the JSON report to FILE ('-' = stdout, no text report)");
   app.add_option("--save-snapshot", opt.save_snapshot_path, "also write the raw snapshot (JSON) to FILE");
   app.add_option("--from-snapshot", opt.from_snapshot_path, "analyse a saved snapshot instead of a live pid");
+  app.add_option("--folded", opt.folded_path,
+                 "write blocked time as folded stacks (flamegraph.pl input) to FILE");
+  app.add_option("--flamegraph", opt.flamegraph_path,
+                 "write an interactive SVG flame graph of blocked time to FILE");
+  app.add_option("--speedscope", opt.speedscope_path,
+                 "write blocked time as a speedscope profile (JSON) to FILE");
+  app.add_option("--trace", opt.trace_path,
+                 "write a Chrome Trace Event timeline (Perfetto, chrome://tracing) to FILE");
   app.add_flag("--no-bpf", opt.no_bpf, "don't load BPF (no kernel stacks or blocked times, no live tracing)");
   app.add_option("--hang-after", opt.hang_after_s,
                  "with -- COMMAND: report when the job makes no progress (CPU) for this many seconds")

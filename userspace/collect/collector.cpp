@@ -40,6 +40,7 @@
 #include "hangtrace/procfs.h"
 #include "hangtrace/syscalls.h"
 #include "netlink_diag.h"
+#include "python_stacks.h"
 #include "task_iter.h"
 #include "wait_memory.h"
 
@@ -903,6 +904,11 @@ Result<Snapshot> Collector::run() {
 
   if (options_.use_bpf) collect_kernel_views();
   for (auto& p : snap_.processes) collect_maps(p);
+  for (auto& p : snap_.processes) {
+    if (!p.is_python || memory_blocked_.count(p.pid) || exited_.count(p.pid)) continue;
+    std::string failure = collect_python_stacks(p, proc_id(p.pid), proc_.pid_path(proc_id(p.pid)));
+    if (!failure.empty()) limitation(fmt::format("Python stacks of {} not read: {}", p.pid, failure));
+  }
   if (options_.probe_readiness) {
     for (auto& p : snap_.processes) probe_readiness(p);
   }

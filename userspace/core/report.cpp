@@ -37,6 +37,21 @@ std::string truncate(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
+// "dataset.py:88 Dataset.__getitem__ <- fetch.py:58 fetch <- ...": innermost
+// first, file names without their directory, at most `limit` frames.
+std::string python_stack_text(const std::vector<UserFrame>& stack, size_t limit) {
+  std::string out;
+  for (size_t i = 0; i < stack.size() && i < limit; ++i) {
+    const UserFrame& f = stack[i];
+    if (i) out += " <- ";
+    std::string file = f.file.substr(f.file.rfind('/') + 1);
+    out += f.line > 0 ? fmt::format("{}:{} {}", file, f.line, f.function)
+                      : fmt::format("{} {}", file, f.function);
+  }
+  if (stack.size() > limit) out += fmt::format(" <- ... ({} more)", stack.size() - limit);
+  return out;
+}
+
 std::string utc_time(double unix_s) {
   std::time_t t = static_cast<std::time_t>(unix_s);
   std::tm tm{};
@@ -286,6 +301,10 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
       }
       line(fmt::format("  {:<8} {:<8} {:<16} {:<11} {:>7}  {}", t.tid, p.pid, truncate(t.comm, 16),
                        activity_name(w.activity), blocked_text(w), truncate(w.summary, 90)));
+      if (!t.python_stack.empty())
+        line(fmt::format("    py: {}", python_stack_text(t.python_stack, opt.verbosity > 0 ? 24 : 6)));
+      else if (opt.verbosity > 0 && !t.python_stack_error.empty())
+        line(fmt::format("    py: ({})", truncate(t.python_stack_error, 120)));
       if (opt.verbosity > 0 && !w.syscall_text.empty())
         line(fmt::format("{:>58}{}", "", truncate(w.syscall_text, 100)));
       if (opt.verbosity > 1 && !w.kernel_stack.empty()) {
@@ -441,6 +460,12 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
         jt["kernel_stack"] = w.kernel_stack;
         jt["progressed"] = w.progressed;
       }
+      json py = json::array();
+      for (const auto& f : t.python_stack)
+        py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+      jt["python_stack"] = py;
+      jt["python_stack_error"] = t.python_stack_error.empty() ? json(nullptr) : json(t.python_stack_error);
+      jt["holds_gil"] = t.holds_gil;
       threads.push_back(jt);
     }
     processes.push_back({{"pid", p.pid},

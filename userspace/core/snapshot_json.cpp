@@ -163,6 +163,15 @@ json snapshot_to_json(const Snapshot& s) {
                         {"stack", stack},
                         {"stack_error", t.kernel->stack_error}};
       }
+      // Python stacks: only where read (older readers ignore the keys).
+      if (!t.python_stack.empty()) {
+        json py = json::array();
+        for (const auto& f : t.python_stack)
+          py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+        jt["python_stack"] = py;
+      }
+      if (!t.python_stack_error.empty()) jt["python_stack_error"] = t.python_stack_error;
+      if (t.holds_gil) jt["holds_gil"] = true;
       threads.push_back(jt);
     }
     jp["threads"] = threads;
@@ -306,6 +315,17 @@ Result<Snapshot> snapshot_from_json(const json& j) {
             v.stack.push_back({f.at("addr").get<uint64_t>(), f.value("symbol", std::string())});
           t.kernel = v;
         }
+        for (const auto& jf : jt.value("python_stack", json::array())) {
+          if (!jf.is_object()) continue;
+          UserFrame f;
+          f.kind = UserFrame::Kind::Python;
+          get_if(jf, "function", f.function);
+          get_if(jf, "file", f.file);
+          get_if(jf, "line", f.line);
+          t.python_stack.push_back(std::move(f));
+        }
+        get_if(jt, "python_stack_error", t.python_stack_error);
+        get_if(jt, "holds_gil", t.holds_gil);
         p.threads.push_back(std::move(t));
       }
       for (const auto& jf : jp.value("fds", json::array())) {

@@ -1,0 +1,87 @@
+// Postmortem exports: the blocked time of every thread as folded stacks, and
+// the same data as an SVG flame graph, a speedscope profile and a Chrome Trace
+// Event timeline (docs/exports.md). Pure functions of a Snapshot, its
+// Diagnosis and the optional live observation; the CLI writes the files.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hangtrace/analysis.h"
+#include "hangtrace/live.h"
+#include "hangtrace/model.h"
+
+namespace hangtrace {
+
+// What a frame is; decides its colour in the flame graph.
+enum class FrameKind : uint8_t {
+  Synthetic,  // made up by hangtrace: process, thread, "--", a waker, a live wait
+  Python,
+  Native,
+  Kernel,
+};
+const char* frame_kind_name(FrameKind k);
+
+struct FoldedFrame {
+  std::string name;  // already free of ';' and newlines
+  FrameKind kind = FrameKind::Synthetic;
+  std::string file;  // Python: source file; native: module path
+  int line = 0;
+  bool operator==(const FoldedFrame& o) const { return name == o.name && kind == o.kind; }
+  bool operator<(const FoldedFrame& o) const { return name != o.name ? name < o.name : kind < o.kind; }
+};
+
+// One distinct stack, root first: process ; thread ; Python (outermost first) ;
+// native ; kernel (innermost last) [; "--" ; waker].
+struct FoldedStack {
+  std::vector<FoldedFrame> frames;
+  uint64_t value_us = 0;  // blocked time
+  int pid = 0, tid = 0;
+};
+
+struct FoldedProfile {
+  std::vector<FoldedStack> stacks;  // sorted by their folded text, identical stacks merged
+  uint64_t total_us() const;
+};
+
+// Every thread that is blocked in the snapshot (its current wait, blocked time
+// from the kernel) and, with `live`, every completed blocked interval seen
+// while tracing (the interval's `what` as the leaf). `diagnosis` tells running
+// threads from blocked ones; without it every thread off CPU counts.
+FoldedProfile build_folded(const Snapshot& snapshot, const Diagnosis* diagnosis,
+                           const LiveObservation* live = nullptr);
+
+// Brendan Gregg's folded format: "frame;frame;... VALUE\n" per stack.
+std::string render_folded(const FoldedProfile& profile);
+
+struct FlameGraphOptions {
+  std::string title = "hangtrace: blocked time";
+  std::string subtitle;  // e.g. the target and the verdict
+  int width = 1200;
+  int frame_height = 16;
+  double min_width_px = 0.1;  // narrower frames are left out
+};
+// A self-contained interactive SVG: hover for details, click to zoom, search.
+std::string render_flamegraph_svg(const FoldedProfile& profile, const FlameGraphOptions& options = {});
+
+// speedscope's file format (https://www.speedscope.app/file-format-schema.json):
+// one "sampled" profile per thread, weights in microseconds.
+nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string& name);
+
+// Chrome Trace Event pids reserved for future GPU tracks: device N is pid
+// kTraceGpuPidBase + N, its stream S is tid S + 1 (tid 0: the device itself).
+// Linux pids never reach this range (PID_MAX_LIMIT is 2^22).
+inline constexpr int kTraceGpuPidBase = 1'000'000'000;
+// Wakeups from interrupt context (no task) are drawn on this pid/tid.
+inline constexpr int kTraceInterruptPid = 999'999'999;
+
+// Chrome Trace Event JSON (Perfetto, chrome://tracing): one track per thread,
+// blocked intervals and the current wait as complete events, wakeups as flows,
+// deaths as instant events. Timestamps: CLOCK_MONOTONIC microseconds.
+nlohmann::json render_chrome_trace(const Snapshot& snapshot, const Diagnosis* diagnosis,
+                                   const LiveObservation* live = nullptr);
+
+}  // namespace hangtrace

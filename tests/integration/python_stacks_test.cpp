@@ -1,0 +1,183 @@
+// Python stacks read from a real /usr/bin/python3 (CPython 3.11) with
+// process_vm_readv (tests/integration/python/blocked_threads.py), and none for
+// a process that is not Python. Needs root to read another process's memory.
+#include "collector.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "support.h"
+
+namespace hangtrace {
+namespace {
+
+using namespace std::chrono_literals;
+using ::hangtrace::testing::repro_path;
+using ::hangtrace::testing::wait_until_blocked;
+using ::hangtrace::testing::Workload;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+std::string script_path(const std::string& name) {
+  return (std::filesystem::path(__FILE__).parent_path() / "python" / name).string();
+}
+
+// "READY a=1 b=2" -> {"a": 1, "b": 2}
+std::map<std::string, int> ready_fields(const std::string& line) {
+  std::map<std::string, int> out;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    auto eq = word.find('=');
+    if (eq != std::string::npos) out[word.substr(0, eq)] = std::stoi(word.substr(eq + 1));
+  }
+  return out;
+}
+
+CollectOptions fast_options() {
+  CollectOptions o;
+  o.use_bpf = false;
+  o.min_progress_window_s = 0.05;
+  return o;
+}
+
+const ThreadInfo* thread_of(const ProcessInfo& p, int tid) {
+  for (const auto& t : p.threads)
+    if (t.tid == tid) return &t;
+  return nullptr;
+}
+
+std::string describe(const ThreadInfo& t) {
+  std::string out =
+      "tid " + std::to_string(t.tid) + (t.holds_gil ? " (GIL)" : "") + " " + t.python_stack_error + "\n";
+  for (const auto& f : t.python_stack)
+    out += "  " + f.file + ":" + std::to_string(f.line) + " " + f.function + "\n";
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+TEST(PythonStacks, ThreadsBlockedAtKnownLines) {
+  HANGTRACE_REQUIRE_BPF();
+  if (access(kPython, X_OK) != 0) GTEST_SKIP() << "needs " << kPython;
+  Workload w({kPython, "-u", script_path("blocked_threads.py")});
+  auto f = ready_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
+  const int main_tid = f["main_tid"], worker_tid = f["worker_tid"];
+  ASSERT_EQ(main_tid, w.pid());
+  ASSERT_GT(worker_tid, 0);
+  ASSERT_EQ(wait_until_blocked(w.pid()), "");
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto snap = collect_snapshot(w.pid(), fast_options());
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(snap.ok()) << snap.error();
+  const ProcessInfo* p = snap->process(w.pid());
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->is_python);
+  EXPECT_LT(took, 5s);
+
+  const ThreadInfo* main = thread_of(*p, main_tid);
+  ASSERT_TRUE(main);
+  EXPECT_EQ(main->python_stack_error, "");
+  ASSERT_GE(main->python_stack.size(), 3u) << describe(*main);
+  const UserFrame& inner = main->python_stack[0];
+  EXPECT_EQ(inner.kind, UserFrame::Kind::Python);
+  EXPECT_EQ(inner.function, "inner") << describe(*main);
+  EXPECT_TRUE(ends_with(inner.file, "/blocked_threads.py")) << inner.file;
+  EXPECT_EQ(inner.line, f["main_line"]) << describe(*main);
+  EXPECT_EQ(main->python_stack[1].function, "outer") << describe(*main);
+  EXPECT_EQ(main->python_stack[1].line, f["outer_line"]) << describe(*main);
+  EXPECT_EQ(main->python_stack[2].function, "<module>") << describe(*main);
+
+  const ThreadInfo* worker = thread_of(*p, worker_tid);
+  ASSERT_TRUE(worker);
+  EXPECT_EQ(worker->python_stack_error, "");
+  bool found = false;
+  for (const auto& frame : worker->python_stack) {
+    if (frame.function != "consume") continue;
+    found = true;
+    EXPECT_TRUE(ends_with(frame.file, "/blocked_threads.py")) << frame.file;
+    EXPECT_EQ(frame.line, f["worker_line"]) << describe(*worker);
+  }
+  EXPECT_TRUE(found) << describe(*worker);
+  // Innermost: the Condition.wait that queue.get() sleeps in (threading.py).
+  ASSERT_FALSE(worker->python_stack.empty());
+  EXPECT_EQ(worker->python_stack[0].function, "Condition.wait") << describe(*worker);
+  EXPECT_TRUE(ends_with(worker->python_stack[0].file, "/threading.py")) << describe(*worker);
+
+  // Both threads sleep in a lock wait, which releases the GIL: nobody holds it.
+  for (const auto& t : p->threads) EXPECT_FALSE(t.holds_gil) << describe(t);
+}
+
+TEST(PythonStacks, SpinningThreadHoldsTheGil) {
+  HANGTRACE_REQUIRE_BPF();
+  if (access(kPython, X_OK) != 0) GTEST_SKIP() << "needs " << kPython;
+  Workload w({kPython, "-u", script_path("blocked_threads.py"), "--spin"});
+  auto f = ready_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
+  const int spin_tid = f["spin_tid"];
+  ASSERT_GT(spin_tid, 0);
+  // Wait until main and the queue consumer sleep in a syscall (so they have
+  // released the GIL); the spinner is then the only thread that wants it.
+  auto others_blocked = [&] {
+    int blocked = 0;
+    for (const auto& t : ::hangtrace::testing::thread_states(w.pid()))
+      if ((t.tid == f["main_tid"] || t.tid == f["worker_tid"]) && t.state == 'S' && t.syscall_nr >= 0)
+        ++blocked;
+    return blocked == 2;
+  };
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  int in_a_row = 0;
+  while (in_a_row < 2 && std::chrono::steady_clock::now() < deadline) {
+    in_a_row = others_blocked() ? in_a_row + 1 : 0;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(in_a_row, 2) << ::hangtrace::testing::describe_threads(w.pid());
+
+  auto snap = collect_snapshot(w.pid(), fast_options());
+  ASSERT_TRUE(snap.ok()) << snap.error();
+  const ProcessInfo* p = snap->process(w.pid());
+  ASSERT_TRUE(p);
+  const ThreadInfo* spinner = thread_of(*p, spin_tid);
+  ASSERT_TRUE(spinner);
+  EXPECT_TRUE(spinner->holds_gil) << describe(*spinner);
+  ASSERT_FALSE(spinner->python_stack.empty()) << describe(*spinner);
+  EXPECT_EQ(spinner->python_stack[0].function, "spin") << describe(*spinner);
+  // The loop body, or the `while True:` jump back to it.
+  EXPECT_GE(spinner->python_stack[0].line, f["spin_line"] - 1) << describe(*spinner);
+  EXPECT_LE(spinner->python_stack[0].line, f["spin_line"]) << describe(*spinner);
+  int holders = 0;
+  for (const auto& t : p->threads) holders += t.holds_gil;
+  EXPECT_EQ(holders, 1);
+}
+
+TEST(PythonStacks, NotPythonNoStackNoError) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload w({repro_path("repro_collector_pipe")});
+  ASSERT_NE(w.wait_for_line("READY"), "");
+  ASSERT_EQ(wait_until_blocked(w.pid()), "");
+  auto snap = collect_snapshot(w.pid(), fast_options());
+  ASSERT_TRUE(snap.ok()) << snap.error();
+  ASSERT_FALSE(snap->processes.empty());
+  for (const auto& p : snap->processes) {
+    EXPECT_FALSE(p.is_python) << p.pid;
+    for (const auto& t : p.threads) {
+      EXPECT_TRUE(t.python_stack.empty()) << t.tid;
+      EXPECT_EQ(t.python_stack_error, "") << t.tid;
+      EXPECT_FALSE(t.holds_gil) << t.tid;
+    }
+  }
+  for (const auto& l : snap->limitations) EXPECT_EQ(l.find("Python"), std::string::npos) << l;
+}
+
+}  // namespace
+}  // namespace hangtrace
