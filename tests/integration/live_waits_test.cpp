@@ -304,8 +304,12 @@ TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
   }
   std::cout << "in-kernel wakeup counts: A->B " << a_woke_b << ", B->A " << b_woke_a << " (" << counts->size()
             << " pairs)\n";
-  EXPECT_GE(a_woke_b, static_cast<uint64_t>(kRounds));
-  EXPECT_GE(b_woke_a, static_cast<uint64_t>(kRounds));
+  // Not exactly kRounds: a FUTEX_WAKE can dequeue a waiter that has queued
+  // itself but not yet slept; it then sees its queue entry gone, skips
+  // schedule() and runs on, and the waker's try_to_wake_up finds it running:
+  // a wake with no sched_waking (seen once in ~10 runs).
+  EXPECT_GE(a_woke_b, static_cast<uint64_t>(kRounds * 95 / 100));
+  EXPECT_GE(b_woke_a, static_cast<uint64_t>(kRounds * 95 / 100));
   size_t a_to_b_events = 0;
   for (const auto& e : got.of_type<ht_wakeup_event>(HT_EV_WAKEUP, pid)) {
     if (static_cast<int>(e.waker_tid) == a_tid && static_cast<int>(e.hdr.tid) == b_tid) {
