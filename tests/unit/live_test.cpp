@@ -384,7 +384,7 @@ TEST(LiveAggregate, BlockedIntervalsKeepTheMostRecentOldestFirst) {
   EXPECT_EQ(q[0].what, "futex 0x4000");
   EXPECT_EQ(q[0].start_ns, 390u);
   EXPECT_EQ(q[1].what, "futex 0x5000");
-  EXPECT_EQ(q[2].what, "syscall 0 fd 4");
+  EXPECT_EQ(q[2].what, "read fd 4");
   EXPECT_EQ(q[2].start_ns, 550u);
   EXPECT_EQ(q[2].end_ns, 600u);
 }

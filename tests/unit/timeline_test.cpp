@@ -200,7 +200,7 @@ TEST(ProgressStopped, WaitThatBeganBeforeAttachCountsAndUnrelatedLiveActivityDoe
   Fixture f = main_waits_for_stuck_child(30.0, 90.0);
   LiveObservation live = window(10.3, 0.3);
   live.blocked[102] = {
-      interval(kSampledAtMono - 3 * kSecond, kSampledAtMono - 1 * kSecond, "syscall 35 fd -1")};
+      interval(kSampledAtMono - 3 * kSecond, kSampledAtMono - 1 * kSecond, "nanosleep")};
   live.last_waker[102] = wakeup(100, 102, kSampledAtMono - 1 * kSecond, 0, 0, "swapper/0");
   Diagnosis d = diagnose(f.s, {}, &live);
   ASSERT_TRUE(d.progress_stopped);

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/syscalls.h"
 
 namespace hangtrace {
 
@@ -397,9 +398,14 @@ void Aggregator::flush_blocked() {
       BlockedInterval b;
       b.start_ns = r.start_ns;
       b.end_ns = r.end_ns;
-      b.what = r.type == HT_EV_FUTEX_WAIT
-                   ? fmt::format("futex {:#x}", r.key)
-                   : fmt::format("syscall {} fd {}", static_cast<int64_t>(r.key), r.fd);
+      if (r.type == HT_EV_FUTEX_WAIT) {
+        b.what = fmt::format("futex {:#x}", r.key);
+      } else {
+        // Named once per interval read, not per record: this runs when the
+        // observation is read.
+        std::string name = describe_syscall(static_cast<int64_t>(r.key)).name;
+        b.what = r.fd >= 0 ? fmt::format("{} fd {}", name, r.fd) : name;
+      }
       q.push_back(std::move(b));
     }
   }
