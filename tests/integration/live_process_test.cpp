@@ -25,71 +25,22 @@
 
 #include "hangtrace/abi.h"
 #include "live_tracer.h"
+#include "live_records.h"
 #include "support.h"
 
 namespace hangtrace {
 namespace {
+
+using ::hangtrace::testing::Collected;
+using ::hangtrace::testing::drain;
+using ::hangtrace::testing::monotonic_now_ns;
+using ::hangtrace::testing::poll_until;
 
 using namespace std::chrono_literals;
 using ::hangtrace::testing::parse_ready_pids;
 using ::hangtrace::testing::repro_path;
 using ::hangtrace::testing::run_command;
 using ::hangtrace::testing::Workload;
-
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// Every record seen, copied out of the ring buffer, with when it arrived.
-struct Collected {
-  std::vector<std::string> records;
-  std::vector<uint64_t> latency_ns;  // arrival - ts_ns
-
-  template <class T>
-  std::vector<T> of_type(uint32_t type) const {
-    std::vector<T> out;
-    for (const auto& r : records) {
-      ht_event_header h;
-      std::memcpy(&h, r.data(), sizeof h);
-      if (h.type != type || r.size() < sizeof(T)) continue;
-      T rec;
-      std::memcpy(&rec, r.data(), sizeof rec);
-      out.push_back(rec);
-    }
-    return out;
-  }
-  std::string describe() const {
-    std::ostringstream os;
-    for (const auto& r : records) {
-      ht_event_header h;
-      std::memcpy(&h, r.data(), sizeof h);
-      os << "  type " << h.type << " tgid " << h.tgid << " tid " << h.tid << " comm "
-         << std::string(h.comm, strnlen(h.comm, sizeof h.comm)) << "\n";
-    }
-    return os.str();
-  }
-};
-
-// Polls until `done` holds or `timeout` passes; true when done.
-bool poll_until(LiveTracer& t, Collected& c, const std::function<bool()>& done,
-                std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto sink = [&](const void* data, size_t size) {
-    uint64_t now = monotonic_ns();
-    c.records.emplace_back(static_cast<const char*>(data), size);
-    ht_event_header h;
-    std::memcpy(&h, data, sizeof h);
-    c.latency_ns.push_back(now - h.ts_ns);
-  };
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    int n = t.poll(50, sink);
-    if (n < 0) return false;
-  }
-  return true;
-}
 
 void print_hooks(const LiveTracer& t) {
   for (const auto& h : t.hooks()) {
@@ -118,10 +69,11 @@ TEST(LiveProcess, FollowsForksAndReportsExitsAndSignalSenders) {
 
   LiveOptions opt;
   opt.tgids = {pid};
-  uint64_t before = monotonic_ns();
+  uint64_t before = monotonic_now_ns();
   auto started = LiveTracer::start(opt);
   ASSERT_TRUE(started.ok()) << started.error();
-  std::cout << "LiveTracer::start (every concern) took " << (monotonic_ns() - before) / 1'000'000 << " ms\n";
+  std::cout << "LiveTracer::start (every concern) took " << (monotonic_now_ns() - before) / 1'000'000
+            << " ms\n";
   LiveTracer& t = **started;
   print_hooks(t);
 
@@ -253,7 +205,7 @@ TEST(LiveProcess, OomVictimInMemoryCgroupCarriesCgroupAndLimit) {
   ASSERT_TRUE(started.ok()) << started.error();
   LiveTracer& t = **started;
 
-  uint64_t t0 = monotonic_ns();
+  uint64_t t0 = monotonic_now_ns();
   ASSERT_EQ(kill(pid, SIGUSR1), 0);
   Collected got;
   auto victim = [&]() -> std::vector<ht_oom_event> { return got.of_type<ht_oom_event>(HT_EV_OOM_VICTIM); };
@@ -265,7 +217,7 @@ TEST(LiveProcess, OomVictimInMemoryCgroupCarriesCgroupAndLimit) {
   bool complete = poll_until(
       t, got, [&] { return !victim().empty() && exited(); }, 60s);
   ASSERT_TRUE(complete) << "no OOM victim/exit event for " << pid << "; got:\n" << got.describe();
-  std::cout << "OOM kill seen " << (monotonic_ns() - t0) / 1'000'000 << " ms after the hog started\n";
+  std::cout << "OOM kill seen " << (monotonic_now_ns() - t0) / 1'000'000 << " ms after the hog started\n";
   print_latency(got);
 
   auto v = victim();

@@ -24,10 +24,15 @@
 
 #include "hangtrace/abi.h"
 #include "live_tracer.h"
+#include "live_records.h"
 #include "support.h"
 
 namespace hangtrace {
 namespace {
+
+using ::hangtrace::testing::Collected;
+using ::hangtrace::testing::drain;
+using ::hangtrace::testing::poll_until;
 
 using namespace std::chrono_literals;
 using ::hangtrace::testing::repro_path;
@@ -44,37 +49,6 @@ int field(const std::string& line, const std::string& key) {
   auto at = line.find(key + "=");
   if (at == std::string::npos) return -1;
   return std::atoi(line.c_str() + at + key.size() + 1);
-}
-
-struct Collected {
-  std::vector<std::string> records;
-
-  template <class T>
-  std::vector<T> of_type(uint32_t type, int tgid) const {
-    std::vector<T> out;
-    for (const auto& r : records) {
-      ht_event_header h;
-      std::memcpy(&h, r.data(), sizeof h);
-      if (h.type != type || static_cast<int>(h.tgid) != tgid || r.size() < sizeof(T)) continue;
-      T rec;
-      std::memcpy(&rec, r.data(), sizeof rec);
-      out.push_back(rec);
-    }
-    return out;
-  }
-};
-
-bool poll_until(LiveTracer& t, Collected& c, const std::function<bool()>& done,
-                std::chrono::milliseconds timeout = 15s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto sink = [&](const void* data, size_t size) {
-    c.records.emplace_back(static_cast<const char*>(data), size);
-  };
-  for (;;) {
-    if (t.poll(50, sink) < 0) return false;
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-  }
 }
 
 std::unique_ptr<LiveTracer> start_tracer(int pid, uint64_t rss_step = 64u << 20) {

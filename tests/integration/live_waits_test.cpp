@@ -22,10 +22,15 @@
 #include "hangtrace/abi.h"
 #include "live_sched.h"
 #include "live_tracer.h"
+#include "live_records.h"
 #include "support.h"
 
 namespace hangtrace {
 namespace {
+
+using ::hangtrace::testing::Collected;
+using ::hangtrace::testing::drain;
+using ::hangtrace::testing::poll_until;
 
 using namespace std::chrono_literals;
 using ::hangtrace::testing::repro_path;
@@ -71,66 +76,6 @@ std::map<std::string, uint64_t> parse_fields(const std::string& line) {
     out[word.substr(0, eq)] = std::stoull(word.substr(eq + 1), nullptr, 0);
   }
   return out;
-}
-
-struct Collected {
-  std::vector<std::string> records;
-
-  template <class T>
-  std::vector<T> of_type(uint32_t type, int tgid = -1) const {
-    std::vector<T> out;
-    for (const auto& r : records) {
-      ht_event_header h;
-      std::memcpy(&h, r.data(), sizeof h);
-      if (h.type != type || r.size() < sizeof(T)) continue;
-      if (tgid >= 0 && static_cast<int>(h.tgid) != tgid) continue;
-      T rec;
-      std::memcpy(&rec, r.data(), sizeof rec);
-      out.push_back(rec);
-    }
-    return out;
-  }
-  size_t count_tgid(int tgid) const {
-    size_t n = 0;
-    for (const auto& r : records) {
-      ht_event_header h;
-      std::memcpy(&h, r.data(), sizeof h);
-      if (static_cast<int>(h.tgid) == tgid) ++n;
-    }
-    return n;
-  }
-  std::string summary() const {
-    std::map<uint32_t, size_t> by_type;
-    for (const auto& r : records) {
-      ht_event_header h;
-      std::memcpy(&h, r.data(), sizeof h);
-      by_type[h.type]++;
-    }
-    std::ostringstream os;
-    os << records.size() << " records:";
-    for (auto [type, n] : by_type) os << " type " << type << " x" << n << ";";
-    return os.str();
-  }
-};
-
-// Polls until `done` holds (checked after every poll) or `timeout` passes.
-bool poll_until(LiveTracer& t, Collected& c, const std::function<bool()>& done,
-                std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto sink = [&](const void* data, size_t size) {
-    c.records.emplace_back(static_cast<const char*>(data), size);
-  };
-  for (;;) {
-    if (t.poll(50, sink) < 0) return false;
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-  }
-}
-
-// Polls for `span` more, for records still in flight.
-void drain(LiveTracer& t, Collected& c, std::chrono::milliseconds span = 300ms) {
-  poll_until(
-      t, c, [] { return false; }, span);
 }
 
 void print_hooks(const LiveTracer& t) {
