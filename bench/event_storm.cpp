@@ -6,10 +6,15 @@
 //            still a futex-wait record (HT_EV_FUTEX_WAIT, 0 ns blocked)
 //   --pipe   read() on an empty O_NONBLOCK pipe: EAGAIN at once, still a
 //            blocking-syscall record (HT_EV_SYSCALL_BLOCK, fd resolved)
+//   --poll   poll() of no fds with a 0 timeout: returns 0 at once, still a
+//            blocking-syscall record; the cheapest traced call this kernel
+//            has, so the most records one CPU can produce (the transport's
+//            and the aggregator's ceiling, not the syscall's)
 //
 // Single-threaded: pinned to one CPU (as scripts/bench_live.sh runs it) more
 // threads would only share that CPU.
 #include <linux/futex.h>
+#include <poll.h>
 #include <sys/syscall.h>
 
 #include <cstring>
@@ -19,10 +24,13 @@
 
 int main(int argc, char** argv) {
   bool use_pipe = false;
+  bool use_poll = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--pipe") == 0) {
       use_pipe = true;
+    } else if (std::strcmp(argv[i], "--poll") == 0) {
+      use_poll = true;
     } else {
       rest.push_back(argv[i]);
     }
@@ -34,7 +42,11 @@ int main(int argc, char** argv) {
   bench::wait_gate(args);
   long n = args.iterations;
   long long t0 = bench::now_ns();
-  if (use_pipe) {
+  if (use_poll) {
+    for (long i = 0; i < n; ++i) {
+      if (poll(nullptr, 0, 0) != 0) bench::die("poll no fds");
+    }
+  } else if (use_pipe) {
     char c;
     for (long i = 0; i < n; ++i) {
       if (read(fds[0], &c, 1) != -1 || errno != EAGAIN) bench::die("read an empty pipe");

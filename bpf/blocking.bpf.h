@@ -84,7 +84,8 @@ static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool 
   s->resolved = !has_fd;
   s->slept = 0;
   s->kstack_id = -ENOENT;
-  s->ts_ns = bpf_ktime_get_ns();
+  s->ts_ns = 0;
+  s->in_call = 1;
 }
 
 /* A call that lasted long enough (its state already cleared by the caller). */

@@ -25,7 +25,11 @@
 #define CALL_BLOCKING 2
 
 struct call_state {
-  /* The call in progress; ts_ns == 0: none. */
+  /* When the call in progress first slept (0 until it does). The clock is
+   * read there and at exit, not at entry: a call that never sleeps did not
+   * block and, unless every call is streamed (min_block_ns 0), reads no
+   * clock at all; the on-CPU prefix before the first sleep (microseconds)
+   * is not part of a wait anyway. */
   __u64 ts_ns;
   __s64 nr;
   __u64 args[3];    /* blocking: the first three arguments as passed */
@@ -37,7 +41,8 @@ struct call_state {
   __u32 obj_kind;   /* blocking: OBJ_* of the fd */
   __u8 slept;       /* the call has been switched out voluntarily */
   __u8 resolved;    /* obj_kind/obj_inode are filled in */
-  __u8 pad[2];
+  __u8 in_call;     /* a tracked call is in progress */
+  __u8 pad;
   __s32 kstack_id; /* where it first slept; -ENOENT until then */
   /* Stack walks (~1 us each) are throttled per thread: a call on the same
    * syscall and object as the last walk, within the interval, reuses its id
@@ -109,8 +114,7 @@ const volatile __u64 kstack_interval_ns = 10000000; /* kernel stack walk throttl
 const volatile __u64 ustack_interval_ns = 10000000; /* user stack walk throttle */
 
 /* The kernel stack where the call first slept (ctx: the sched_switch one). */
-static __always_inline void take_kernel_stack(void* ctx, struct call_state* s) {
-  __u64 now = bpf_ktime_get_ns();
+static __always_inline void take_kernel_stack(void* ctx, struct call_state* s, __u64 now) {
   if (s->kwalk_id >= 0 && s->kwalk_nr == s->nr && s->kwalk_obj == s->obj &&
       now - s->kwalk_ns < kstack_interval_ns) {
     s->kstack_id = s->kwalk_id;

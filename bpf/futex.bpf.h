@@ -96,7 +96,8 @@ static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf
   s->slept = 0;
   s->resolved = 1;
   s->kstack_id = -ENOENT;
-  s->ts_ns = bpf_ktime_get_ns();
+  s->ts_ns = 0;
+  s->in_call = 1;
 }
 
 /* A wait that lasted long enough (its state already cleared by the caller). */

@@ -121,12 +121,14 @@ static __always_inline int on_sys_enter(struct pt_regs* regs, __s64 nr, bool btf
   return 0;
 }
 
-/* The call being tracked ends: report it when it lasted long enough. */
+/* The call being tracked ends: report it when it blocked long enough. A call
+ * that never slept blocked for 0 ns; it is reported only when every call is
+ * (min_block_ns 0), and only then pays for a clock read. */
 static __always_inline void finish_call(void* ctx, struct call_state* s, long ret, bool btf) {
-  __u64 start = s->ts_ns;
-  s->ts_ns = 0;
+  s->in_call = 0;
+  if (!s->slept && min_block_ns) return;
   __u64 now = bpf_ktime_get_ns();
-  __u64 duration = now - start;
+  __u64 duration = s->slept ? now - s->ts_ns : 0;
   if (duration < min_block_ns) return;
   if (s->kind == CALL_FUTEX_WAIT)
     futex_emit_wait(ctx, s, ret, duration, now);
@@ -140,12 +142,12 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
   if (!c) return 0;
   if (c & (C_FUTEX | C_FD | C_NOFD)) {
     struct call_state* s = call_state_of_current();
-    if (s && s->ts_ns) {
+    if (s && s->in_call) {
       /* A stale entry (a call whose exit was missed) is dropped, not reported. */
       if (s->nr == nr)
         finish_call(ctx, s, ret, btf);
       else
-        s->ts_ns = 0;
+        s->in_call = 0;
     } else if ((c & C_FUTEX) && trace_futex && nr == NR_futex) {
       futex_exit_wake(regs, ret, btf);
     }
@@ -161,10 +163,11 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
 static __always_inline int on_sched_switch(void* ctx, bool preempt, bool btf) {
   if (preempt) return 0;
   struct call_state* s = call_state_of_current();
-  if (!s || !s->ts_ns || s->slept) return 0;
+  if (!s || !s->in_call || s->slept) return 0;
   s->slept = 1;
+  s->ts_ns = bpf_ktime_get_ns();
   if (!s->resolved) blocking_resolve_fd(s, btf);
-  take_kernel_stack(ctx, s);
+  take_kernel_stack(ctx, s, s->ts_ns);
   return 0;
 }
 

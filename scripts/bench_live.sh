@@ -15,7 +15,10 @@
 #                     at once); under hangtrace* each is one futex-wait record
 #   pipe storm        event_storm --pipe: N read()s of an empty O_NONBLOCK
 #                     pipe; under hangtrace* each is one syscall-block record
-#   The two storms measure the live transport and aggregator: after the main
+#   poll storm        event_storm --poll: N poll()s of no fds, timeout 0; the
+#                     cheapest call that is one syscall-block record, so the
+#                     highest record rate one CPU produces
+#   The three storms measure the live transport and aggregator: after the main
 #   table an "event rate" section gives, per tracer, the events/s the workload
 #   produced, the events/s hangtrace delivered through its aggregator (events
 #   minus dropped from its JSON), drops, the tracer's CPU (and per event: its
@@ -53,8 +56,12 @@
 #
 # The workload is pinned to the last CPU (taskset; PIN=0 turns that off): a
 # ping-pong between two CPUs of a VM mostly measures how fast an idle vCPU
-# wakes up, which any busy tracer on the other CPU "speeds up". The tracers
-# are not pinned.
+# wakes up, which any busy tracer on the other CPU "speeds up". Every tracer
+# runs on the other CPUs (taskset; what "when a core is free" means in the
+# targets): left free, the scheduler sometimes wakes a tracer's consumer on
+# the workload's CPU (wake-affine, after a ring-buffer wakeup raised there),
+# and the two then share one CPU -- run to run that alone swung the storms by
+# 20 %. PIN=0 pins neither.
 #
 # Env: HANGTRACE_BIN (./build/hangtrace), REPS (5), SCALE (1.0: iteration
 #      multiplier), STRACE_SCALE (0.2), PIN (1), BPF_STATS (0), KEEP (keep
@@ -112,6 +119,9 @@ STRACE_SCALE = float(os.environ["STRACE_SCALE"])
 TICK = os.sysconf("SC_CLK_TCK")
 BPF_STATS = os.environ.get("BPF_STATS") == "1"
 PIN_CPU = (os.cpu_count() - 1) if os.environ.get("PIN", "1") != "0" and shutil.which("taskset") else None
+# The tracers' CPUs: every CPU but the workload's.
+TRACER_PIN = ([shutil.which("taskset"), "-c", "0" if PIN_CPU == 1 else "0-%d" % (PIN_CPU - 1)]
+              if PIN_CPU is not None and PIN_CPU > 0 else [])
 
 # name, binary, iterations at SCALE 1 (~0.3 s untraced on a 2-core VM), whether
 # strace runs fewer of them (syscall-bound: every call stops twice in strace),
@@ -124,6 +134,7 @@ WORKLOADS = [
     # One live record per call under hangtrace*: the transport's rate.
     ("futex storm", "event_storm", 1000000, True, []),
     ("pipe storm", "event_storm", 1000000, True, ["--pipe"]),
+    ("poll storm", "event_storm", 1000000, True, ["--poll"]),
 ]
 ONLY = [x.strip().lower() for x in os.environ.get("ONLY", "").split(",") if x.strip()]
 if ONLY:
@@ -303,9 +314,9 @@ def run_one(config, workload, rep):
     err = open(errf, "w")
     if how in ("launch", "bpftrace"):
         if how == "bpftrace":
-            argv = pre + ["-c", " ".join(wl), BPFTRACE_SCRIPT]
+            argv = TRACER_PIN + pre + ["-c", " ".join(wl), BPFTRACE_SCRIPT]
         else:
-            argv = [a.replace("{json}", js) for a in pre] + wl
+            argv = ((TRACER_PIN if pre else []) + [a.replace("{json}", js) for a in pre]) + wl
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
         stats = {} if BPF_STATS and name.startswith("hangtrace") else None
         hwm, cpu, wall = watch_until_exit(proc.pid, 300, stats)
@@ -323,7 +334,7 @@ def run_one(config, workload, rep):
             os.unlink(gate)
         os.mkfifo(gate)
         job = subprocess.Popen(wl + ["--gate", gate], stdout=subprocess.DEVNULL, stderr=err)
-        argv = [a.replace("{pid}", str(job.pid)) for a in pre]
+        argv = TRACER_PIN + [a.replace("{pid}", str(job.pid)) for a in pre]
         tracer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
         t0 = time.monotonic()
         deadline = time.monotonic() + 60
@@ -442,8 +453,8 @@ if BPF_STATS:
 STORMS = [w for w in WORKLOADS if "storm" in w[0]]
 if STORMS:
     print("event rate (one record per call under hangtrace*; the goal: >= 1 M events/s through the")
-    print("aggregator, 0 dropped, tracer RSS <= 64 MiB, with the workload on CPU %s and the tracer free):"
-          % (PIN_CPU if PIN_CPU is not None else "-"))
+    print("aggregator, 0 dropped, tracer RSS <= 64 MiB, with the workload on CPU %s and the tracer on CPU %s):"
+          % (PIN_CPU if PIN_CPU is not None else "-", TRACER_PIN[2] if TRACER_PIN else "- (free)"))
     hdr = "%-12s %-11s %9s %9s %10s %8s %7s %9s %8s %9s" % (
         "workload", "config", "calls/s", "slowdown", "delivered/s", "dropped", "cpu_s", "cpu_ns/ev", "rss_MiB",
         "kern_ns/ev")
@@ -498,6 +509,7 @@ print("(hangtrace*: --min-block-ms 0, every wait streamed. loop_ms: median loop 
 print(" of the iterations of the ping-pongs: compare us/op); slowdown: us/op vs")
 print(" untraced; wall_s: the tracer command from start to exit, its start-up and report included;")
 print(" cpu_s, rss_MiB: the tracer process itself (utime+stime, VmHWM); events, dropped: hangtrace's live")
-print(" block; events/s: events over the loop time. Workload pinned to CPU %s. %.0f s in all)"
-      % (PIN_CPU if PIN_CPU is not None else "- (none)", time.monotonic() - t_start))
+print(" block; events/s: events over the loop time. Workload pinned to CPU %s, tracers to CPU %s. %.0f s in all)"
+      % (PIN_CPU if PIN_CPU is not None else "- (none)", TRACER_PIN[2] if TRACER_PIN else "- (none)",
+         time.monotonic() - t_start))
 EOF

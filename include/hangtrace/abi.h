@@ -130,7 +130,7 @@ struct ht_futex_event {
   __u64 uaddr;
   __u32 op;          /* futex op word as passed */
   __s32 ret;         /* syscall return: 0, -ETIMEDOUT, -EAGAIN, or #woken for wakes */
-  __u64 duration_ns; /* wait: enter -> exit; wake: 0 */
+  __u64 duration_ns; /* wait: first sleep -> exit, 0 if it never slept; wake: 0 */
   __u64 timeout_ns;  /* 0 when none / unknown */
   __s32 kstack_id;   /* stack map ids: kernel when the task first slept in the call
                         (-ENOENT: it never slept), user of the call; -errno if none */
@@ -151,7 +151,7 @@ struct ht_syscall_event {
   struct ht_event_header hdr;
   __s64 nr; /* x86_64 syscall number */
   __s64 ret;
-  __u64 duration_ns;
+  __u64 duration_ns; /* blocked: first sleep -> exit, 0 if it never slept */
   __s32 fd;        /* the fd argument, -1 if none */
   __u32 obj_kind;  /* 0 unknown, 1 pipe, 2 socket, 3 file, 4 anon */
   __u64 obj_inode; /* inode of the fd's file, 0 if unknown */
