@@ -23,6 +23,10 @@
 
 #include "live_maps.bpf.h"
 
+#ifndef ENOENT
+#define ENOENT 2
+#endif
+
 /* At most one HT_EV_WAKEUP per (waker, wakee) pair this often. */
 const volatile __u64 wakeup_emit_ns = 10000000;
 
@@ -35,7 +39,7 @@ struct {
 
 /* `btf`: p is a BTF-typed pointer (tp_btf twin), read with plain loads; a
  * constant after inlining. This runs on every wakeup of the machine. */
-static __always_inline void on_waking(struct task_struct* p, bool btf) {
+static __always_inline void on_waking(void* ctx, struct task_struct* p, bool btf) {
   __u32 wakee_tgid = btf ? p->tgid : BPF_CORE_READ(p, tgid);
   if (!ht_traced_tgid(wakee_tgid)) return;
 
@@ -78,18 +82,23 @@ static __always_inline void on_waking(struct task_struct* p, bool btf) {
   e->hdr.tgid = wakee_tgid;
   e->hdr.tid = key.wakee_tid;
   BPF_CORE_READ_STR_INTO(&e->hdr.comm, p, comm);
+  /* Walked only for the sampled records (~1 us each): the folded export puts
+   * the waker's stacks after the wakee's, offwaketime-style. No user stack
+   * for the idle task, the usual waker from interrupt context. */
+  e->waker_kstack_id = bpf_get_stackid(ctx, &stacks, 0);
+  e->waker_ustack_id = key.waker_tgid ? bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : -ENOENT;
   ht_submit(e);
 }
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct* p) {
-  on_waking(p, true);
+  on_waking(ctx, p, true);
   return 0;
 }
 
 SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct* p) {
-  on_waking(p, false);
+  on_waking(ctx, p, false);
   return 0;
 }
 

@@ -35,6 +35,43 @@ struct {
   __type(value, struct ht_task_record);
 } scratch SEC(".maps");
 
+/*
+ * Every register DWARF CFI may name, so userspace can unwind code built
+ * without frame pointers: a CFA can be rsp-relative anywhere and callee-saved
+ * registers (rbx, r12..r15) hold values that caller frames' CFI refers to.
+ * Called only after a probe read of the same pt_regs succeeded.
+ */
+static __always_inline void fill_unwind_regs(struct pt_regs* regs, struct ht_task_record* rec) {
+#if defined(bpf_target_x86)
+  rec->user_regs[0] = BPF_CORE_READ(regs, ax);
+  rec->user_regs[1] = BPF_CORE_READ(regs, dx);
+  rec->user_regs[2] = BPF_CORE_READ(regs, cx);
+  rec->user_regs[3] = BPF_CORE_READ(regs, bx);
+  rec->user_regs[4] = BPF_CORE_READ(regs, si);
+  rec->user_regs[5] = BPF_CORE_READ(regs, di);
+  rec->user_regs[6] = BPF_CORE_READ(regs, bp);
+  rec->user_regs[7] = BPF_CORE_READ(regs, sp);
+  rec->user_regs[8] = BPF_CORE_READ(regs, r8);
+  rec->user_regs[9] = BPF_CORE_READ(regs, r9);
+  rec->user_regs[10] = BPF_CORE_READ(regs, r10);
+  rec->user_regs[11] = BPF_CORE_READ(regs, r11);
+  rec->user_regs[12] = BPF_CORE_READ(regs, r12);
+  rec->user_regs[13] = BPF_CORE_READ(regs, r13);
+  rec->user_regs[14] = BPF_CORE_READ(regs, r14);
+  rec->user_regs[15] = BPF_CORE_READ(regs, r15);
+  rec->user_regs[16] = BPF_CORE_READ(regs, ip);
+  rec->user_machine = 62; /* EM_X86_64 */
+  rec->user_nregs = HT_USER_REGS_X86_64;
+#elif defined(bpf_target_arm64)
+  /* x0..x30, sp and pc sit back to back in pt_regs (struct user_pt_regs). */
+  if (bpf_core_read(rec->user_regs, 31 * sizeof(__u64), &regs->regs) != 0) return;
+  rec->user_regs[31] = BPF_CORE_READ(regs, sp);
+  rec->user_regs[32] = BPF_CORE_READ(regs, pc);
+  rec->user_machine = 183; /* EM_AARCH64 */
+  rec->user_nregs = HT_USER_REGS_ARM64;
+#endif
+}
+
 static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task_record* rec) {
   /* A kthread's pt_regs slot holds nothing it ever executed in user mode. */
   if (rec->task_flags & PF_KTHREAD) return;
@@ -53,6 +90,7 @@ static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task
   rec->user_ip = PT_REGS_IP_CORE(regs);
   rec->user_sp = PT_REGS_SP_CORE(regs);
   rec->user_bp = PT_REGS_FP_CORE(regs);
+  fill_unwind_regs(regs, rec);
   rec->syscall_args[0] = HT_SYSCALL_ARG1_CORE(regs);
   rec->syscall_args[1] = PT_REGS_PARM2_CORE(regs);
   rec->syscall_args[2] = PT_REGS_PARM3_CORE(regs);

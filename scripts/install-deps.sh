@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ clang llvm pkg-config
-  libbpf-dev bpftool libelf-dev zlib1g-dev
+  libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev
   python3 python3-torch   # the bundled hung job and the PyTorch scenarios
   procps gdb strace       # peers in scripts/bench_snapshot.sh

@@ -13,11 +13,19 @@
 #include <linux/types.h>
 #endif
 
-#define HT_ABI_VERSION 1
+#define HT_ABI_VERSION 2
 
 /* Frames kept per kernel stack; deep enough for futex/pipe/socket waits. */
 #define HT_MAX_KSTACK 32
 #define HT_COMM_LEN 16
+/*
+ * Saved user registers kept per task, in DWARF register numbering so the
+ * unwinder takes them as they are: x86_64 uses 0..16 (rax rdx rcx rbx rsi rdi
+ * rbp rsp r8..r15 rip), arm64 0..32 (x0..x30, sp, pc).
+ */
+#define HT_MAX_USER_REGS 33
+#define HT_USER_REGS_X86_64 17
+#define HT_USER_REGS_ARM64 33
 
 /* Bits of ht_task_record.sample_flags. */
 #define HT_TASK_ON_CPU 0x1u        /* task was running on a CPU when sampled */
@@ -54,6 +62,13 @@ struct ht_task_record {
   __u32 wchan_pad;             /* explicit padding, always 0 */
   __u64 kstack[HT_MAX_KSTACK]; /* kernel return addresses, innermost first */
   char comm[HT_COMM_LEN];      /* task->comm */
+  /* The full user register set (valid with HT_TASK_HAS_USER_REGS), for
+     unwinding the user stack without frame pointers. */
+  __u16 user_machine;                /* ELF e_machine of user_regs (EM_X86_64 = 62,
+                                        EM_AARCH64 = 183); 0 when absent */
+  __u16 user_nregs;                  /* user_regs entries in use */
+  __u32 user_regs_pad;               /* explicit padding, always 0 */
+  __u64 user_regs[HT_MAX_USER_REGS]; /* DWARF order, see HT_MAX_USER_REGS */
 };
 
 /* ===== Live tracing: records streamed through the BPF ring buffer ===========
@@ -152,11 +167,11 @@ struct ht_syscall_event {
   __s64 nr; /* x86_64 syscall number */
   __s64 ret;
   __u64 duration_ns; /* blocked: first sleep -> exit, 0 if it never slept */
-  __s32 fd;        /* the fd argument, -1 if none */
-  __u32 obj_kind;  /* 0 unknown, 1 pipe, 2 socket, 3 file, 4 anon */
-  __u64 obj_inode; /* inode of the fd's file, 0 if unknown */
-  __u64 args[3];   /* first three raw arguments */
-  __s32 kstack_id; /* as in ht_futex_event */
+  __s32 fd;          /* the fd argument, -1 if none */
+  __u32 obj_kind;    /* 0 unknown, 1 pipe, 2 socket, 3 file, 4 anon */
+  __u64 obj_inode;   /* inode of the fd's file, 0 if unknown */
+  __u64 args[3];     /* first three raw arguments */
+  __s32 kstack_id;   /* as in ht_futex_event */
   __s32 ustack_id;
 };
 
@@ -175,15 +190,15 @@ enum ht_shm_op {
 struct ht_shm_event {
   struct ht_event_header hdr; /* SIGBUS: the receiver */
   __u32 op;                   /* enum ht_shm_op */
-  __s32 ret;     /* syscall result (create: the fd; mmap: 0 or -errno); FAULT: the x86
-                    page-fault error code; SIGBUS: si_code (BUS_ADRERR=2) */
-  __u64 inode;   /* 0 for path-only events (unlink, failed create) */
-  __u64 size;    /* truncate length, fallocate offset+len, mmap length, create: i_size,
-                    ENOSPC: what was asked for (write: count); FAULT/SIGBUS: file offset */
-  __u64 addr;    /* fault address / mmap address / SIGBUS si_addr */
-  char name[64]; /* file name (dentry; unlink/path events: the path after /dev/shm/) */
-  __u64 fs_size; /* the tmpfs's size limit in bytes, 0 when unlimited or unknown */
-  __u64 fs_used; /* bytes in use on that tmpfs at the event (approximate: percpu counter) */
+  __s32 ret;                  /* syscall result (create: the fd; mmap: 0 or -errno); FAULT: the x86
+                                 page-fault error code; SIGBUS: si_code (BUS_ADRERR=2) */
+  __u64 inode;                /* 0 for path-only events (unlink, failed create) */
+  __u64 size;                 /* truncate length, fallocate offset+len, mmap length, create: i_size,
+                                 ENOSPC: what was asked for (write: count); FAULT/SIGBUS: file offset */
+  __u64 addr;                 /* fault address / mmap address / SIGBUS si_addr */
+  char name[64];              /* file name (dentry; unlink/path events: the path after /dev/shm/) */
+  __u64 fs_size;              /* the tmpfs's size limit in bytes, 0 when unlimited or unknown */
+  __u64 fs_used;              /* bytes in use on that tmpfs at the event (approximate: percpu counter) */
 };
 
 struct ht_tcp_event {
@@ -210,6 +225,11 @@ struct ht_wakeup_event {
   __u32 waker_tgid;
   __u32 waker_tid;
   char waker_comm[HT_COMM_LEN];
+  /* The waker's stacks at the wakeup (stack ids as in ht_futex_event; the
+   * user one is meaningless when the waker is interrupt context, which the
+   * kernel stack then shows). */
+  __s32 waker_kstack_id;
+  __s32 waker_ustack_id;
 };
 
 /* The sched concern's in-kernel `wakeups` map (bpf/sched.bpf.c): how often

@@ -34,8 +34,10 @@ struct FoldedFrame {
   bool operator<(const FoldedFrame& o) const { return name != o.name ? name < o.name : kind < o.kind; }
 };
 
-// One distinct stack, root first: process ; thread ; Python (outermost first) ;
-// native ; kernel (innermost last) [; "--" ; waker].
+// One distinct stack, root first: process ; thread ; the user stack, native
+// and Python frames merged (hangtrace/stacks.h), outermost first ; kernel
+// (innermost last) [; "--" ; the waker's kernel stack then its user stack,
+// innermost first ; waker] -- offwaketime's layout after "--".
 struct FoldedStack {
   std::vector<FoldedFrame> frames;
   uint64_t value_us = 0;  // blocked time

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hangtrace/model.h"
 #include "hangtrace/result.h"
 
 namespace hangtrace {
@@ -39,6 +40,7 @@ struct TraceEvent {
   uint32_t op = 0;
   int64_t ret = 0;
   uint64_t duration_ns = 0, timeout_ns = 0;
+  // Stack ids in the kernel's stack map (< 0: none); for a wakeup, the waker's.
   int32_t kstack_id = -1, ustack_id = -1;
   int64_t nr = -1;
   int fd = -1;
@@ -83,6 +85,8 @@ std::optional<std::string> memory_cgroup_path(const std::string& proc_cgroup_tex
 struct BlockedInterval {
   uint64_t start_ns = 0, end_ns = 0;
   std::string what;  // "futex 0x7f..40", "read pipe:[123]"
+  // Where it waited: keys of LiveObservation::kernel_stacks / user_stacks (< 0: none).
+  int32_t kstack_id = -1, ustack_id = -1;
 };
 
 struct ProcessDeath {
@@ -120,10 +124,19 @@ struct LiveObservation {
   std::map<int, RssSeries> rss;                        // by pid
   std::map<int, std::deque<BlockedInterval>> blocked;  // by tid, the most recent
   std::map<int, TraceEvent> last_waker;                // by wakee tid
-  std::vector<TraceEvent> tcp;                         // state changes, retransmits (bounded)
-  std::vector<TraceEvent> shm;                         // shm activity (bounded)
-  std::map<int, ProcessMeta> meta;                     // by pid
-  std::vector<int> forked;                             // processes that appeared while tracing
+  // The (sampled) wakeups of each wakee, oldest first, as many as the
+  // blocked intervals kept: a wait of 10 ms or more always has the wakeup
+  // that ended it here (one record per pair per 10 ms), shorter ones may not.
+  std::map<int, std::deque<TraceEvent>> recent_wakeups;  // by wakee tid
+  // The stacks the records above name, resolved when the window closed:
+  // kernel ones by stack id, user ones by (tgid, stack id) -- user addresses
+  // mean something only in their process. Innermost first.
+  std::map<int32_t, std::vector<KernelFrame>> kernel_stacks;
+  std::map<std::pair<int, int32_t>, std::vector<UserFrame>> user_stacks;
+  std::vector<TraceEvent> tcp;      // state changes, retransmits (bounded)
+  std::vector<TraceEvent> shm;      // shm activity (bounded)
+  std::map<int, ProcessMeta> meta;  // by pid
+  std::vector<int> forked;          // processes that appeared while tracing
   // /dev/shm {used, size} bytes sampled when a process hit ENOSPC or SIGBUS on it.
   std::map<int, std::pair<uint64_t, uint64_t>> shm_usage;
 };
@@ -164,6 +177,7 @@ class Aggregator {
     uint64_t key;  // futex: uaddr; syscall: nr
     int32_t fd;
     uint32_t type;
+    int32_t kstack_id, ustack_id;
   };
   struct IntervalRing {
     std::vector<RawInterval> slots;  // grows to per_thread_, then wraps

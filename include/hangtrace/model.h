@@ -6,6 +6,7 @@
 // (snapshot_json.h), which is also how fixtures are written.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -96,6 +97,15 @@ struct KernelTaskView {
   uint64_t sum_exec_ns = 0;
   uint64_t nvcsw = 0, nivcsw = 0;
   uint64_t user_ip = 0, user_sp = 0, user_bp = 0;
+  // The whole saved user register set, for unwinding without frame
+  // pointers: DWARF numbering (x86_64: 0..16 = rax rdx rcx rbx rsi rdi rbp rsp
+  // r8..r15 rip; arm64: 0..30 = x0..x30, 31 = sp, 32 = pc). Only the first
+  // user_nregs entries mean anything, and only when has_user_regs. Not
+  // persisted in snapshots: only the live unwinder needs them.
+  bool has_user_regs = false;
+  uint16_t user_machine = 0;  // ELF e_machine the registers belong to (EM_X86_64 = 62)
+  uint16_t user_nregs = 0;
+  std::array<uint64_t, 33> user_regs{};
   std::vector<KernelFrame> stack;
   int32_t stack_error = 0;  // -errno from bpf_get_task_stack, 0 if fine
 };
@@ -109,6 +119,18 @@ struct UserFrame {
   std::string file;      // source file (Python) or module path (native)
   int line = 0;          // Python: the line being executed; 0 when unknown
   uint64_t addr = 0;     // native: instruction address; 0 for Python frames
+  // Native: the address relative to the module's load base (what addr2line
+  // and a symbol server take) and the module's GNU build-id (hex, "" when the
+  // ELF has none): enough to symbolize the frame again offline.
+  uint64_t module_offset = 0;
+  std::string build_id;
+  // Python: this frame was entered by a C-level call of the interpreter's
+  // eval loop (_PyEval_EvalFrameDefault), not inlined into its caller's:
+  // true for every frame before 3.11, for 3.11+ the frames that start a run
+  // of Python-to-Python calls. Merging native and Python stacks puts the run
+  // of Python frames up to and including an entry frame in place of one
+  // native eval-loop frame.
+  bool python_entry = false;
 };
 
 struct ThreadInfo {
@@ -130,7 +152,11 @@ struct ThreadInfo {
   std::vector<UserFrame> python_stack;
   std::string python_stack_error;
   bool holds_gil = false;
+  // Innermost first, unwound from the registers the BPF snapshot saved
+  // (threads blocked off CPU only). Empty when not unwound: see
+  // native_stack_error ("" when none was attempted or it worked).
   std::vector<UserFrame> native_stack;
+  std::string native_stack_error;
 };
 
 enum class ProcessRole { Target, Descendant, Peer };

@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "support.h"
@@ -18,6 +21,13 @@ nlohmann::json parse(const CommandResult& r) {
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
   return j;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 const nlohmann::json* finding(const nlohmann::json& j, const std::string& kind) {
@@ -236,6 +246,43 @@ TEST(CliLive, SigkillMidTraceLeavesNothingAttached) {
   auto links = run_command({"bpftool", "link", "show"});
   for (int id : progs)
     EXPECT_EQ(links.out.find("prog " + std::to_string(id) + "\n"), std::string::npos) << links.out;
+}
+
+// Folded stacks of live waits carry the kernel stack where the thread slept
+// and, after "--", the stacks of whoever woke it (offwaketime's layout): here
+// the child's write() into the pipe the parent reads.
+TEST(CliLive, FoldedWaitsCarryTheirWakersStacks) {
+  HANGTRACE_REQUIRE_BPF();
+  char tmpl[] = "/tmp/hangtrace-folded-test.XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string folded = dir + "/waits.folded";
+  auto r = run_command({hangtrace_path(), "--json", "-", "--folded", folded, "--",
+                        repro_path("repro_live_slow_pipe"), "6", "30"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  std::string text = read_file(folded);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(text.empty()) << r.err;
+  int read_waits_with_waker = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_EQ(line.find("bpf_prog_"), std::string::npos) << "our own BPF frames leaked: " << line;
+    size_t sep = line.find(";--;");
+    if (sep == std::string::npos || line.find("pipe_read", 0) > sep) continue;
+    std::string waker = line.substr(sep + 4, line.rfind(' ') - sep - 4);
+    // The waker's kernel stack, innermost first: the wakeup inside the pipe write.
+    EXPECT_NE(waker.find("try_to_wake_up"), std::string::npos) << line;
+    EXPECT_NE(waker.find("pipe_write"), std::string::npos) << line;
+    EXPECT_LT(waker.find("try_to_wake_up"), waker.find("pipe_write")) << line;
+    // ... and last the waker itself, comm/tid.
+    EXPECT_EQ(waker.substr(waker.rfind(';') + 1).rfind("repro_live_slow", 0), 0u) << line;
+    // User frames are named from the module files (libc's wrappers), also
+    // after the job exited: the wakee's read() above its kernel stack, the
+    // waker's write() below its own.
+    EXPECT_NE(line.find(";read;entry_SYSCALL_64"), std::string::npos) << line;
+    EXPECT_NE(waker.find("entry_SYSCALL_64_after_hwframe;write;"), std::string::npos) << line;
+    ++read_waits_with_waker;
+  }
+  EXPECT_GE(read_waits_with_waker, 1) << text;
 }
 
 TEST(CliLive, ListHooksSaysWhatIsActive) {

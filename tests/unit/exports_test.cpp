@@ -306,6 +306,60 @@ TEST(Exports, FlameGraphHasOneGroupPerFrameAndTheScript) {
 
 // Without a live interval the waker goes on the current wait; a wakeup from
 // before that wait began is marked as earlier.
+// Live waits with stack ids: the wait's own user and kernel stacks, then
+// after "--" the waker's kernel and user stacks innermost first and the waker
+// (offwaketime's layout); a wakeup from interrupt context names no task and
+// keeps no user stack. Only waits a recorded wakeup fell into get one.
+TEST(Exports, LiveWaitsCarryTheirStacksAndTheirWakersStacks) {
+  Snapshot s;
+  s.target_pid = 100;
+  LiveObservation live;
+  live.start_ns = 1'000'000'000ull;
+  live.end_ns = 5'000'000'000ull;
+  BlockedInterval read_wait{1'100'000'000ull, 1'300'000'000ull, "read fd 3", 7, 8};
+  BlockedInterval sleep_wait{1'400'000'000ull, 1'500'000'000ull, "clock_nanosleep", 9, -1};
+  BlockedInterval unwoken{2'000'000'000ull, 2'010'000'000ull, "read fd 3", 7, 8};
+  live.blocked[101] = {read_wait, sleep_wait, unwoken};
+  live.kernel_stacks[7] = {{1, "__schedule+0x1"}, {2, "anon_pipe_read+0x2"}, {3, "ksys_read"}};
+  live.kernel_stacks[9] = {{1, "__schedule+0x1"}, {4, "do_nanosleep+0x3"}};
+  live.kernel_stacks[11] = {{5, "try_to_wake_up+0x9"}, {6, "anon_pipe_write+0x4"}};
+  live.kernel_stacks[12] = {
+      {5, "try_to_wake_up+0x9"}, {7, "hrtimer_wakeup"}, {8, "asm_sysvec_apic_timer_interrupt"}};
+  UserFrame libc_read;
+  libc_read.addr = 0x7f0000f82ad;
+  libc_read.file = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+  libc_read.module_offset = 0xf82ad;
+  UserFrame main_fn;
+  main_fn.function = "main";
+  live.user_stacks[{101, 8}] = {libc_read, main_fn};
+  UserFrame libc_write = libc_read;
+  libc_write.function = "write";
+  live.user_stacks[{200, 13}] = {libc_write};
+  live.user_stacks[{300, 14}] = {main_fn};  // the interrupted task's: not the waker's
+  TraceEvent by_writer;
+  by_writer.tid = 101;
+  by_writer.ts_ns = 1'299'000'000ull;
+  by_writer.waker_tgid = by_writer.waker_tid = 200;
+  by_writer.waker_comm = "writer";
+  by_writer.kstack_id = 11;
+  by_writer.ustack_id = 13;
+  TraceEvent by_timer;
+  by_timer.tid = 101;
+  by_timer.ts_ns = 1'499'000'000ull;
+  by_timer.waker_tgid = by_timer.waker_tid = 300;
+  by_timer.waker_comm = "cc1plus";
+  by_timer.kstack_id = 12;
+  by_timer.ustack_id = 14;
+  live.recent_wakeups[101] = {by_writer, by_timer};
+  live.last_waker[101] = by_timer;
+  EXPECT_EQ(render_folded(build_folded(s, nullptr, &live)),
+            "?/101;?/101;do_nanosleep;__schedule;--;try_to_wake_up;hrtimer_wakeup;"
+            "asm_sysvec_apic_timer_interrupt;interrupt 100000\n"
+            "?/101;?/101;main;libc.so.6+0xf82ad;ksys_read;anon_pipe_read;__schedule 10000\n"
+            "?/101;?/101;main;libc.so.6+0xf82ad;ksys_read;anon_pipe_read;__schedule;--;try_to_wake_up;"
+            "anon_pipe_write;write;writer/200 200000\n");
+}
+
 TEST(Exports, WakerOnTheCurrentWait) {
   Snapshot s = fixture();
   LiveObservation live = live_fixture();

@@ -1,5 +1,14 @@
 #include "live_session.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "hangtrace/kallsyms.h"
+
 #include <time.h>
 
 #include "hangtrace/abi.h"
@@ -30,6 +39,42 @@ void LiveSession::trace(int tgid) {
   if (!traced_.insert(tgid).second) return;
   tracer_->trace_tgid(tgid);
   aggregator_.set_meta(read_process_meta(tgid));
+  refresh_code_maps(tgid);
+}
+
+void LiveSession::refresh_code_maps(int only_tgid) {
+  auto read_one = [this](int tgid) {
+    std::ifstream maps(fmt::format("/proc/{}/maps", tgid));
+    std::vector<Mapping> code;
+    for (std::string line; std::getline(maps, line);) {
+      unsigned long long lo = 0, hi = 0, offset = 0, inode = 0;
+      char perms[5] = {};
+      int path_at = -1;
+      if (std::sscanf(line.c_str(), "%llx-%llx %4s %llx %*x:%*x %llu %n", &lo, &hi, perms, &offset, &inode,
+                      &path_at) < 5 ||
+          perms[2] != 'x')
+        continue;
+      Mapping m;
+      m.start = lo;
+      m.end = hi;
+      m.offset = offset;
+      m.perms = perms;
+      m.inode = inode;
+      if (path_at > 0 && static_cast<size_t>(path_at) < line.size()) m.path = line.substr(path_at);
+      code.push_back(std::move(m));
+    }
+    if (code.empty()) return;  // gone (or a kernel thread): keep what we knew
+    code_maps_[tgid] = std::move(code);
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", tgid), ec))
+      tgid_of_[std::atoi(t.path().filename().c_str())] = tgid;
+  };
+  if (only_tgid) {
+    read_one(only_tgid);
+    return;
+  }
+  code_maps_ns_ = now_ns();
+  for (int tgid : traced_) read_one(tgid);
 }
 
 void LiveSession::on_record(const void* data, size_t size) {
@@ -53,11 +98,14 @@ void LiveSession::on_record(const void* data, size_t size) {
   switch (e.type) {
     case HT_EV_PROC_FORK:
       // The kernel already follows it; read what must be read while it lives.
-      if (e.child_tgid && traced_.insert(e.child_tgid).second)
+      if (e.child_tgid && traced_.insert(e.child_tgid).second) {
         aggregator_.set_meta(read_process_meta(e.child_tgid));
+        refresh_code_maps(e.child_tgid);
+      }
       break;
     case HT_EV_PROC_EXEC:
       aggregator_.set_meta(read_process_meta(e.tgid));
+      refresh_code_maps(e.tgid);
       break;
     case HT_EV_SIGNAL:
       if (e.sig == 7) note_shm_usage(e.tgid);  // SIGBUS: how full is its /dev/shm?
@@ -128,6 +176,7 @@ void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic
   while (!interrupted.load() && !stop()) {
     int n = tracer_->poll(100, sink);
     sample_shm();
+    if (now_ns() - code_maps_ns_ >= 500'000'000ull) refresh_code_maps();
     // The ring buffer reads as ready as soon as it holds one record (the
     // kernel's wakeup threshold spares only a consumer already asleep), so
     // under a steady stream epoll returns at once with a handful of records
@@ -145,13 +194,73 @@ void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic
   }
 }
 
-LiveObservation LiveSession::finish() {
+LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
   LiveObservation o = aggregator_.finish(start_ns_, now_ns(), tracer_->counter(HT_CNT_EVENTS),
                                          tracer_->counter(HT_CNT_DROPPED));
   o.undecodable = undecodable_;
   for (const auto& h : tracer_->hooks())
     o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
+  resolve_stacks(o, symbolize_user);
   return o;
+}
+
+void LiveSession::resolve_stacks(LiveObservation& o, const UserSymbolizer& symbolize_user) {
+  std::set<int32_t> kernel_ids;
+  std::set<std::pair<int, int32_t>> user_ids;  // (thread whose maps apply, id)
+  for (const auto& [tid, intervals] : o.blocked)
+    for (const auto& b : intervals) {
+      if (b.kstack_id >= 0) kernel_ids.insert(b.kstack_id);
+      if (b.ustack_id >= 0) user_ids.insert({tid, b.ustack_id});
+    }
+  auto add_waker = [&](const TraceEvent& e) {
+    if (e.kstack_id >= 0) kernel_ids.insert(e.kstack_id);
+    if (e.ustack_id >= 0 && e.waker_tid > 0) user_ids.insert({e.waker_tid, e.ustack_id});
+  };
+  for (const auto& [wakee, e] : o.last_waker) add_waker(e);
+  for (const auto& [wakee, q] : o.recent_wakeups)
+    for (const auto& e : q) add_waker(e);
+  if (!kernel_ids.empty()) {
+    auto symbols = KernelSymbols::load();
+    for (int32_t id : kernel_ids) {
+      std::vector<KernelFrame> frames;
+      for (uint64_t addr : tracer_->stack(id)) {
+        std::string name = symbols ? symbols->symbolize(addr) : std::string();
+        // The stack was walked from inside our own program: its innermost
+        // frames are the BPF trampoline and program, not the traced task's.
+        if (frames.empty() && (name.starts_with("bpf_prog_") || name.starts_with("bpf_trace_run") ||
+                               name.starts_with("__bpf_trace_") || name.starts_with("bpf_get_stack")))
+          continue;
+        frames.push_back({addr, std::move(name)});
+      }
+      if (!frames.empty()) o.kernel_stacks[id] = std::move(frames);
+    }
+  }
+  refresh_code_maps();  // the last look at the living
+  for (const auto& [tid, id] : user_ids) {
+    std::vector<uint64_t> addrs = tracer_->stack(id);
+    auto owner = tgid_of_.find(tid);
+    auto code = code_maps_.find(owner != tgid_of_.end() ? owner->second : tid);
+    std::vector<UserFrame> frames;
+    for (uint64_t addr : addrs) {
+      UserFrame f;
+      f.addr = addr;
+      if (code != code_maps_.end()) {
+        // The kernel walks user stacks by frame pointer; code built without
+        // them (libc's syscall wrappers, most of a distribution) leaves the
+        // walk on garbage after a frame or two: an address outside every
+        // executable mapping ends the stack.
+        auto m = std::find_if(code->second.begin(), code->second.end(),
+                              [&](const Mapping& m) { return addr >= m.start && addr < m.end; });
+        if (m == code->second.end()) break;
+        f.file = m->path;
+        f.module_offset = addr - m->start + m->offset;
+      }
+      frames.push_back(std::move(f));
+    }
+    if (frames.empty()) continue;
+    if (symbolize_user) symbolize_user(frames);
+    o.user_stacks[{tid, id}] = std::move(frames);
+  }
 }
 
 }  // namespace hangtrace

@@ -26,7 +26,14 @@ class LiveSession {
   // `stop` is checked about every 100 ms.
   void run_until(const std::function<bool()>& stop, const std::atomic<bool>& interrupted);
   void trace(int tgid);
-  LiveObservation finish();
+  // Closes the window and resolves the stack ids its records name: kernel
+  // ones from kallsyms, user ones with `symbolize_user` (thread, addresses
+  // innermost first; when unset they stay unnamed addresses).
+  // Names user frames: `frames` come with addr, file (the module) and
+  // module_offset (the file offset) filled in from the process's executable
+  // mappings; it fills in function (and build_id) where it can.
+  using UserSymbolizer = std::function<void(std::vector<UserFrame>& frames)>;
+  LiveObservation finish(const UserSymbolizer& symbolize_user = {});
   const std::set<int>& traced() const { return traced_; }
   uint64_t now_ns() const;
 
@@ -39,6 +46,15 @@ class LiveSession {
   // was freed again by the time a SIGBUS record is read must still show full,
   // so the usage of every /dev/shm the job touched is sampled on each poll.
   void sample_shm();
+  void resolve_stacks(LiveObservation& o, const UserSymbolizer& symbolize_user);
+  // User stack addresses mean something only against their process's
+  // mappings, and the process may be gone when the window closes: the
+  // executable mappings of every traced process (and which tids are its) are
+  // re-read at most every 500 ms while tracing, and on fork and exec.
+  void refresh_code_maps(int only_tgid = 0);
+  std::map<int, std::vector<Mapping>> code_maps_;  // tgid -> executable mappings
+  std::map<int, int> tgid_of_;                     // tid -> tgid
+  uint64_t code_maps_ns_ = 0;
   struct ShmSample {
     uint64_t ts_ns, used, size;
   };

@@ -30,6 +30,7 @@
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
 #include "live_session.h"
+#include "native_stacks.h"
 #include "process_meta.h"
 #include "task_iter.h"
 
@@ -98,6 +99,12 @@ void install_interrupt_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
+
+// User stacks of live records: named from the module files with the same
+// build-id symbol cache the snapshot's native stacks use.
+void symbolize_live_user_frames(std::vector<UserFrame>& frames) {
+  process_native_stack_cache().symbolize_file_frames(frames);
 }
 
 struct Options {
@@ -229,7 +236,7 @@ int run_live(const Options& opt) {
                opt.duration_s);
   const uint64_t end = (*session)->now_ns() + static_cast<uint64_t>(opt.duration_s * 1e9);
   (*session)->run_until([&] { return (*session)->now_ns() >= end || kill(opt.pid, 0) != 0; }, g_interrupted);
-  LiveObservation live = (*session)->finish();
+  LiveObservation live = (*session)->finish(symbolize_live_user_frames);
   Result<Snapshot> after = collect_snapshot(opt.pid, collect_options(opt));
   if (after) return report(*after, opt, &live);
   // The target went away during the window: report on the first snapshot.
@@ -312,7 +319,7 @@ int run_launch(const Options& opt) {
         return hung = now - last_progress_ns >= static_cast<uint64_t>(opt.hang_after_s * 1e9);
       },
       g_interrupted);
-  LiveObservation live = (*session)->finish();
+  LiveObservation live = (*session)->finish(symbolize_live_user_frames);
   if (exited && WIFSIGNALED(status)) {
     // waitpid saw the job die; make sure the observation has it even if the
     // exit hook is unavailable on this kernel.

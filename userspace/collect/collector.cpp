@@ -160,6 +160,7 @@ class Collector {
   void take_progress_samples(bool start);
   void collect_kernel_views();
   void collect_maps(ProcessInfo& p);
+  void collect_native_stacks();
   void probe_readiness(ProcessInfo& p);
   void collect_shm();
   void assemble_sockets();
@@ -708,6 +709,22 @@ void Collector::collect_kernel_views() {
   }
 }
 
+// Every process of the tree, Python or not: a stuck C++ extension or a
+// non-Python peer is as likely the culprit. Per-thread failures stay on the
+// thread (native_stack_error); only a whole process failing is a limitation.
+void Collector::collect_native_stacks() {
+  NativeStackCache& cache = options_.native_cache ? *options_.native_cache : process_native_stack_cache();
+  const double started = monotonic_s();
+  for (auto& p : snap_.processes) {
+    if (memory_blocked_.count(p.pid) || exited_.count(p.pid)) continue;
+    std::string failure = cache.unwind_process(p, proc_id(p.pid));
+    if (!failure.empty()) limitation(fmt::format("native stacks of {} not unwound: {}", p.pid, failure));
+  }
+  const NativeStackStats st = cache.stats();
+  debug(fmt::format("native stacks in {:.3f} s (cumulative: {} thread(s) unwound, {} failed, {} frames)",
+                    monotonic_s() - started, st.threads_unwound, st.threads_failed, st.frames));
+}
+
 void Collector::collect_maps(ProcessInfo& p) {
   if (memory_blocked_.count(p.pid) || exited_.count(p.pid)) return;
   int err = 0;
@@ -909,6 +926,7 @@ Result<Snapshot> Collector::run() {
     std::string failure = collect_python_stacks(p, proc_id(p.pid), proc_.pid_path(proc_id(p.pid)));
     if (!failure.empty()) limitation(fmt::format("Python stacks of {} not read: {}", p.pid, failure));
   }
+  if (options_.use_bpf && options_.native_stacks) collect_native_stacks();
   if (options_.probe_readiness) {
     for (auto& p : snap_.processes) probe_readiness(p);
   }

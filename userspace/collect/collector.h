@@ -6,6 +6,7 @@
 
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
+#include "native_stacks.h"
 
 namespace hangtrace {
 
@@ -15,6 +16,10 @@ struct CollectOptions {
   bool include_peers = true;           // processes outside the tree holding the other end
   bool probe_readiness = true;         // pidfd_getfd + poll(0) / FIONREAD on waited fds
   double min_progress_window_s = 0.2;  // at least this long between progress samples
+  bool native_stacks = true;           // unwind blocked threads' user stacks (needs use_bpf)
+  // Unwinding state and symbols kept across captures; null: the one shared
+  // by this whole process (process_native_stack_cache()).
+  NativeStackCache* native_cache = nullptr;
   int verbosity = 0;
 };
 

@@ -19,7 +19,8 @@
 
 namespace hangtrace {
 
-static_assert(sizeof(ht_wakeup_event) == 64);
+static_assert(sizeof(ht_wakeup_event) == 72);
+static_assert(offsetof(ht_wakeup_event, waker_kstack_id) == 64);
 static_assert(offsetof(ht_wakeup_event, waker_tgid) == 40);
 static_assert(offsetof(ht_wakeup_event, waker_comm) == 48);
 static_assert(sizeof(ht_wakeup_key) == 12);

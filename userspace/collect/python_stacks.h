@@ -8,12 +8,13 @@
 // is bounded and a thread whose stack does not read back consistently gets
 // ThreadInfo::python_stack_error instead of a stack.
 //
-// Versions: CPython 3.11 (offsets measured on Debian's 3.11.2 x86_64 with its
-// debug info). Others are reported as unsupported, with the version read from
-// the binary (Py_Version) or its file name.
+// Versions (x86_64): CPython 3.8-3.12 with offsets measured with gdb on
+// builds with debug info (3.11 on Debian's 3.11.2, the others on pyenv
+// builds); 3.13 from the _Py_DebugOffsets table CPython keeps at the start of
+// _PyRuntime for out-of-process tools. Other versions get a one-line error.
 //
-// The line-table decoder is header-only so that unit tests, which link only
-// hangtrace_core, can exercise it.
+// The line-table decoders are header-only so that unit tests, which link only
+// hangtrace_core, can exercise them.
 #pragma once
 
 #include <cstddef>
@@ -94,6 +95,46 @@ inline int line_for_offset(const uint8_t* table, size_t size, int first_line, in
 
 inline int line_for_offset(const std::vector<uint8_t>& table, int first_line, int64_t byte_offset) {
   return line_for_offset(table.data(), table.size(), first_line, byte_offset);
+}
+
+// The source line of the instruction at `byte_offset` in a CPython 3.8/3.9
+// co_lnotab: (bytecode delta, signed line delta) byte pairs, each pair
+// starting a new line at the accumulated offset (PyCode_Addr2Line). A
+// negative offset (f_lasti -1: not started) is the first line.
+inline int lnotab_line(const uint8_t* table, size_t size, int first_line, int64_t byte_offset) {
+  int64_t line = first_line;
+  int64_t addr = 0;
+  for (size_t pos = 0; pos + 1 < size; pos += 2) {
+    addr += table[pos];
+    if (addr > byte_offset) break;
+    line += static_cast<int8_t>(table[pos + 1]);
+  }
+  if (line <= 0 || line > (1 << 30)) return 0;
+  return static_cast<int>(line);
+}
+
+// The source line of the instruction at `byte_offset` (f_lasti * 2: 3.10
+// counts code units) in a CPython 3.10 co_linetable: (unsigned bytecode
+// length, signed line delta) byte pairs, each covering the next `length`
+// bytes; a delta of -128 means "no line" and leaves the running line as it
+// is. Zero-length entries only move the line. Returns 0 when the instruction
+// has no line or lies past the table.
+inline int linetable310_line(const uint8_t* table, size_t size, int first_line, int64_t byte_offset) {
+  if (byte_offset < 0) return first_line;
+  int64_t line = first_line;
+  int64_t start = 0;
+  for (size_t pos = 0; pos + 1 < size; pos += 2) {
+    int64_t end = start + table[pos];
+    int8_t delta = static_cast<int8_t>(table[pos + 1]);
+    bool has_line = delta != -128;
+    if (has_line) line += delta;
+    if (byte_offset >= start && byte_offset < end) {
+      if (!has_line || line <= 0 || line > (1 << 30)) return 0;
+      return static_cast<int>(line);
+    }
+    start = end;
+  }
+  return 0;
 }
 
 }  // namespace python_linetable

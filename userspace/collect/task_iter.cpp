@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include "hangtrace/abi.h"
 #include "task_snapshot.skel.h"
@@ -21,7 +22,7 @@ namespace hangtrace {
 
 // The BPF program writes these bytes and we reinterpret them: pin the layout
 // so a change on one side without the other fails to compile.
-static_assert(sizeof(ht_task_record) == 432);
+static_assert(sizeof(ht_task_record) == 432 + 8 + 8 * HT_MAX_USER_REGS);
 static_assert(offsetof(ht_task_record, abi_version) == 0);
 static_assert(offsetof(ht_task_record, tid) == 4);
 static_assert(offsetof(ht_task_record, tgid) == 8);
@@ -44,6 +45,12 @@ static_assert(offsetof(ht_task_record, kstack_frames) == 152);
 static_assert(offsetof(ht_task_record, wchan_pad) == 156);
 static_assert(offsetof(ht_task_record, kstack) == 160);
 static_assert(offsetof(ht_task_record, comm) == 160 + 8 * HT_MAX_KSTACK);
+static_assert(offsetof(ht_task_record, user_machine) == 432);
+static_assert(offsetof(ht_task_record, user_nregs) == 434);
+static_assert(offsetof(ht_task_record, user_regs_pad) == 436);
+static_assert(offsetof(ht_task_record, user_regs) == 440);
+static_assert(HT_USER_REGS_X86_64 <= HT_MAX_USER_REGS && HT_USER_REGS_ARM64 <= HT_MAX_USER_REGS);
+static_assert(std::tuple_size_v<decltype(KernelTaskView::user_regs)> == HT_MAX_USER_REGS);
 
 namespace {
 
@@ -102,6 +109,12 @@ KernelTaskSample to_sample(const ht_task_record& rec) {
     v.user_ip = rec.user_ip;
     v.user_sp = rec.user_sp;
     v.user_bp = rec.user_bp;
+    if (rec.user_machine != 0 && rec.user_nregs > 0 && rec.user_nregs <= HT_MAX_USER_REGS) {
+      v.has_user_regs = true;
+      v.user_machine = rec.user_machine;
+      v.user_nregs = rec.user_nregs;
+      std::copy(std::begin(rec.user_regs), std::end(rec.user_regs), v.user_regs.begin());
+    }
     s.syscall_nr = rec.syscall_nr;
     std::copy(std::begin(rec.syscall_args), std::end(rec.syscall_args), s.syscall_args);
   }

@@ -1,4 +1,7 @@
 #include "hangtrace/exports.h"
+#include "hangtrace/stacks.h"
+
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -42,7 +45,8 @@ FoldedFrame user_frame(const UserFrame& f) {
   } else if (!f.function.empty()) {
     out.name = clean(f.function);
   } else if (!f.file.empty()) {
-    out.name = clean(fmt::format("{}+0x{:x}", basename_of(f.file), f.addr));
+    out.name =
+        clean(fmt::format("{}+0x{:x}", basename_of(f.file), f.module_offset ? f.module_offset : f.addr));
   } else {
     out.name = fmt::format("0x{:x}", f.addr);
   }
@@ -134,6 +138,26 @@ std::string waker_frame_name(const TraceEvent& e) {
   if (e.waker_tgid == 0 && e.waker_tid == 0) return "interrupt";
   return fmt::format("{}/{}", e.waker_comm.empty() ? (e.waker_tgid == 0 ? "interrupt" : "?") : e.waker_comm,
                      e.waker_tid);
+}
+
+FoldedFrame kernel_frame(const KernelFrame& k) {
+  std::string name =
+      k.symbol.empty() ? fmt::format("0x{:x}", k.addr) : k.symbol.substr(0, k.symbol.find('+'));
+  return {clean(name), FrameKind::Kernel, "", 0};
+}
+
+// x86 and arm64 entry points of hard and soft interrupts.
+bool is_interrupt_entry(std::string_view fn) {
+  return fn.starts_with("asm_sysvec_") || fn.starts_with("asm_common_interrupt") ||
+         fn.starts_with("common_interrupt") || fn == "handle_softirqs" || fn == "__do_softirq" ||
+         fn == "irq_exit_rcu" || fn.starts_with("el1_interrupt") || fn.starts_with("el0_interrupt");
+}
+
+// The frames of a live stack id, innermost first; empty when it was not resolved.
+template <typename Map, typename Key>
+const auto* live_stack(const Map& stacks, const Key& key) {
+  auto it = stacks.find(key);
+  return it == stacks.end() ? nullptr : &it->second;
 }
 
 const char* signal_name(int sig) {
@@ -379,6 +403,7 @@ FoldedProfile build_folded(const Snapshot& snap, const Diagnosis* d, const LiveO
     FoldedStack stack;
     uint64_t start_ns = 0, end_ns = 0;  // live intervals only
     bool current = false;
+    bool has_waker = false;
   };
   std::map<int, std::vector<Entry>> per_tid;
 
@@ -400,17 +425,14 @@ FoldedProfile build_folded(const Snapshot& snap, const Diagnosis* d, const LiveO
       auto& fr = e.stack.frames;
       fr.push_back(process);
       fr.push_back(synthetic(fmt::format("{}/{}", t.comm.empty() ? "?" : t.comm, t.tid)));
-      for (auto it = t.python_stack.rbegin(); it != t.python_stack.rend(); ++it)
-        fr.push_back(user_frame(*it));
-      for (auto it = t.native_stack.rbegin(); it != t.native_stack.rend(); ++it)
-        fr.push_back(user_frame(*it));
+      // Root first: the merged user stack outermost to innermost, then the kernel's.
+      std::vector<UserFrame> user = merged_user_stack(t);
+      for (auto it = user.rbegin(); it != user.rend(); ++it) fr.push_back(user_frame(*it));
       bool kernel_frames = false;
       if (t.kernel)
         for (auto it = t.kernel->stack.rbegin(); it != t.kernel->stack.rend(); ++it) {
           if (it->symbol.empty() && it->addr == 0) continue;
-          std::string name = it->symbol.empty() ? fmt::format("0x{:x}", it->addr)
-                                                : it->symbol.substr(0, it->symbol.find('+'));
-          fr.push_back({clean(name), FrameKind::Kernel, "", 0});
+          fr.push_back(kernel_frame(*it));
           kernel_frames = true;
         }
       // No kernel stack (no BPF, or it could not be read): the wait itself is the leaf.
@@ -433,14 +455,59 @@ FoldedProfile build_folded(const Snapshot& snap, const Diagnosis* d, const LiveO
         e.stack.value_us = (b.end_ns - b.start_ns + 500) / 1000;
         e.start_ns = b.start_ns;
         e.end_ns = b.end_ns;
-        e.stack.frames = {synthetic(fmt::format("{}/{}", who.process_comm, who.pid)),
-                          synthetic(fmt::format("{}/{}", who.thread_comm, tid)), synthetic(b.what)};
+        auto& fr = e.stack.frames;
+        fr = {synthetic(fmt::format("{}/{}", who.process_comm, who.pid)),
+              synthetic(fmt::format("{}/{}", who.thread_comm, tid))};
+        // Root first: the user stack of the call, then the kernel's where it
+        // slept; the wait itself is the leaf only when no kernel stack says it.
+        if (const auto* user = live_stack(live->user_stacks, std::make_pair(tid, b.ustack_id)))
+          for (auto it = user->rbegin(); it != user->rend(); ++it) fr.push_back(user_frame(*it));
+        const auto* kernel = live_stack(live->kernel_stacks, b.kstack_id);
+        if (kernel)
+          for (auto it = kernel->rbegin(); it != kernel->rend(); ++it) fr.push_back(kernel_frame(*it));
+        if (!kernel || kernel->empty()) fr.push_back(synthetic(b.what));
         per_tid[tid].push_back(std::move(e));
       }
     }
-    // The waker goes on the wait it ended: the live interval around the wakeup,
-    // else the last one before it, else the current wait -- marked "earlier:"
-    // when the wakeup came before that wait began (it ended a shorter wait).
+    // offwaketime's layout: after "--" the waker's kernel stack, then its
+    // user stack, both innermost first, then the waker itself.
+    auto add_waker = [&](Entry& target, const TraceEvent& ev, bool earlier) {
+      auto& fr = target.stack.frames;
+      fr.push_back(synthetic("--"));
+      // A wakeup from interrupt context (a timer, a packet) has "woken by"
+      // whatever task the interrupt hit: the kernel stack shows the
+      // interrupt, and that task's user stack means nothing here.
+      bool in_interrupt = ev.waker_tgid == 0;
+      if (const auto* kernel = live_stack(live->kernel_stacks, ev.kstack_id))
+        for (const auto& k : *kernel) {
+          FoldedFrame f = kernel_frame(k);
+          in_interrupt = in_interrupt || is_interrupt_entry(f.name);
+          fr.push_back(std::move(f));
+        }
+      if (!in_interrupt)
+        if (const auto* user = live_stack(live->user_stacks, std::make_pair(ev.waker_tid, ev.ustack_id)))
+          for (const auto& f : *user) fr.push_back(user_frame(f));
+      fr.push_back(
+          synthetic((earlier ? "earlier: " : "") + (in_interrupt ? "interrupt" : waker_frame_name(ev))));
+      target.has_waker = true;
+    };
+    // Every live wait a recorded wakeup fell into was ended by it.
+    for (const auto& [tid, wakeups] : live->recent_wakeups) {
+      auto it = per_tid.find(tid);
+      if (it == per_tid.end()) continue;
+      for (auto& e : it->second) {
+        if (e.current) continue;
+        for (auto w = wakeups.rbegin(); w != wakeups.rend(); ++w)
+          if (e.start_ns <= w->ts_ns && w->ts_ns <= e.end_ns) {
+            add_waker(e, *w, false);
+            break;
+          }
+      }
+    }
+    // The last waker of a thread goes on the wait it ended (unless placed
+    // above): the live interval around it, else the last one before it,
+    // else the current wait -- marked "earlier:" when the wakeup came before
+    // that wait began (it ended a shorter wait).
     for (const auto& [tid, ev] : live->last_waker) {
       auto it = per_tid.find(tid);
       if (it == per_tid.end()) continue;
@@ -454,9 +521,9 @@ FoldedProfile build_folded(const Snapshot& snap, const Diagnosis* d, const LiveO
         for (auto& e : it->second)
           if (e.current) target = &e;
       if (!target) continue;
+      if (target->has_waker) continue;
       bool earlier = target->current && target->start_ns && ev.ts_ns < target->start_ns;
-      target->stack.frames.push_back(synthetic("--"));
-      target->stack.frames.push_back(synthetic((earlier ? "earlier: " : "") + waker_frame_name(ev)));
+      add_waker(*target, ev, earlier);
     }
   }
 
@@ -758,6 +825,11 @@ json render_chrome_trace(const Snapshot& snap, const Diagnosis* d, const LiveObs
       json native = json::array();
       for (const auto& f : t.native_stack) native.push_back(user_frame(f).name);
       if (!native.empty()) args["native_stack"] = native;
+      if (!native.empty() && !py.empty()) {
+        json merged = json::array();  // native and Python interleaved, innermost first
+        for (const auto& f : merged_user_stack(t)) merged.push_back(user_frame(f).name);
+        args["stack"] = merged;
+      }
       std::string cat = w ? fmt::format("wait,{}", activity_name(w->activity)) : "wait";
       add_slice(p.pid, t.tid, start, std::max(0.0, sample_us - start), name, cat, std::move(args));
     }

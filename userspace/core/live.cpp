@@ -211,6 +211,8 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.waker_tgid = static_cast<int>(r.waker_tgid);
       e.waker_tid = static_cast<int>(r.waker_tid);
       e.waker_comm = comm_of(r.waker_comm);
+      e.kstack_id = r.waker_kstack_id;
+      e.ustack_id = r.waker_ustack_id;
       break;
     }
     default:
@@ -323,17 +325,22 @@ void Aggregator::add(const TraceEvent& e) {
       break;
     }
     case HT_EV_FUTEX_WAIT:
-      add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns, e.uaddr, -1, e.type},
+      add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns, e.uaddr, -1, e.type,
+                   e.kstack_id, e.ustack_id},
                   e.tid);
       break;
     case HT_EV_SYSCALL_BLOCK:
       add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns,
-                   static_cast<uint64_t>(e.nr), e.fd, e.type},
+                   static_cast<uint64_t>(e.nr), e.fd, e.type, e.kstack_id, e.ustack_id},
                   e.tid);
       break;
-    case HT_EV_WAKEUP:
+    case HT_EV_WAKEUP: {
       obs_.last_waker[e.tid] = e;
+      auto& q = obs_.recent_wakeups[e.tid];
+      q.push_back(e);
+      if (q.size() > per_thread_) q.pop_front();
       break;
+    }
     case HT_EV_TCP_STATE:
     case HT_EV_TCP_RETRANSMIT:
       bounded_push(obs_.tcp);
@@ -354,7 +361,8 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
       if (h.size > size || size < sizeof r) return Raw::Undecodable;
       if (h.type == HT_EV_FUTEX_WAKE) return Raw::Added;  // counted in the kernel, nothing kept
       std::memcpy(&r, data, sizeof r);
-      add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns, r.uaddr, -1, h.type},
+      add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns, r.uaddr, -1, h.type,
+                   r.kstack_id, r.ustack_id},
                   static_cast<int>(h.tid));
       return Raw::Added;
     }
@@ -363,7 +371,7 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
       if (h.size > size || size < sizeof r) return Raw::Undecodable;
       std::memcpy(&r, data, sizeof r);
       add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns,
-                   static_cast<uint64_t>(r.nr), r.fd, h.type},
+                   static_cast<uint64_t>(r.nr), r.fd, h.type, r.kstack_id, r.ustack_id},
                   static_cast<int>(h.tid));
       return Raw::Added;
     }
@@ -398,6 +406,8 @@ void Aggregator::flush_blocked() {
       BlockedInterval b;
       b.start_ns = r.start_ns;
       b.end_ns = r.end_ns;
+      b.kstack_id = r.kstack_id;
+      b.ustack_id = r.ustack_id;
       if (r.type == HT_EV_FUTEX_WAIT) {
         b.what = fmt::format("futex {:#x}", r.key);
       } else {

@@ -1,4 +1,5 @@
 #include "hangtrace/report.h"
+#include "hangtrace/stacks.h"
 
 #include <fmt/format.h>
 
@@ -50,6 +51,48 @@ std::string python_stack_text(const std::vector<UserFrame>& stack, size_t limit)
   }
   if (stack.size() > limit) out += fmt::format(" <- ... ({} more)", stack.size() - limit);
   return out;
+}
+
+// The native frames of a blocked thread that say how it got into its wait:
+// up to the first frame of the Python interpreter loop (beyond that the py:
+// line says it better), all of them in a process without Python.
+std::string native_stack_text(const std::vector<UserFrame>& stack, size_t limit) {
+  std::string out;
+  size_t shown = 0, total = 0;
+  for (const auto& f : stack) {
+    if (is_python_eval_frame(f.function)) break;
+    ++total;
+    if (shown == limit) continue;
+    if (shown++) out += " <- ";
+    out += user_frame_text(f);
+  }
+  if (total > shown) out += fmt::format(" <- ... ({} more)", total - shown);
+  return out;
+}
+
+std::string stack_text(const std::vector<UserFrame>& stack, size_t limit) {
+  std::string out;
+  for (size_t i = 0; i < stack.size() && i < limit; ++i) {
+    if (i) out += " <- ";
+    out += user_frame_text(stack[i]);
+  }
+  if (stack.size() > limit) out += fmt::format(" <- ... ({} more)", stack.size() - limit);
+  return out;
+}
+
+nlohmann::json user_frame_json(const UserFrame& f) {
+  using nlohmann::json;
+  json j = {{"kind", f.kind == UserFrame::Kind::Python ? "python" : "native"},
+            {"function", f.function},
+            {"file", f.file}};
+  if (f.kind == UserFrame::Kind::Python) {
+    j["line"] = f.line;
+  } else {
+    j["addr"] = fmt::format("0x{:x}", f.addr);
+    j["module_offset"] = fmt::format("0x{:x}", f.module_offset);
+    j["build_id"] = f.build_id.empty() ? json(nullptr) : json(f.build_id);
+  }
+  return j;
 }
 
 std::string utc_time(double unix_s) {
@@ -305,6 +348,12 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
         line(fmt::format("    py: {}", python_stack_text(t.python_stack, opt.verbosity > 0 ? 24 : 6)));
       else if (opt.verbosity > 0 && !t.python_stack_error.empty())
         line(fmt::format("    py: ({})", truncate(t.python_stack_error, 120)));
+      if (!t.native_stack.empty() && w.activity != Activity::Running) {
+        std::string native = native_stack_text(t.native_stack, opt.verbosity > 0 ? 24 : 6);
+        if (!native.empty()) line(fmt::format("    native: {}", native));
+      }
+      if (opt.verbosity > 0 && !t.native_stack.empty() && !t.python_stack.empty())
+        line(fmt::format("    stack: {}", stack_text(merged_user_stack(t), 40)));
       if (opt.verbosity > 0 && !w.syscall_text.empty())
         line(fmt::format("{:>58}{}", "", truncate(w.syscall_text, 100)));
       if (opt.verbosity > 1 && !w.kernel_stack.empty()) {
@@ -346,8 +395,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
     line();
     size_t active = 0;
     for (const auto& h : live->hooks) active += h.active;
-    line(fmt::format("LIVE: {:.1f} s traced, {} events, {} dropped, {} of {} hooks active{}", live->duration_s,
-                     live->events, live->dropped, active, live->hooks.size(),
+    line(fmt::format("LIVE: {:.1f} s traced, {} events, {} dropped, {} of {} hooks active{}",
+                     live->duration_s, live->events, live->dropped, active, live->hooks.size(),
                      live->dropped ? " (ring buffer overflowed: raise --ringbuf-mb)" : ""));
     for (const auto& dth : live->deaths) {
       if (dth.signal == 0 && !dth.oom_victim)
@@ -356,7 +405,8 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
     render_timelines(snap, d, *live, line);
     if (opt.verbosity > 0) {
       for (const auto& h : live->hooks)
-        line(fmt::format("  hook {:<8} {:<28} {:<8} {}", h.concern, h.attach, h.active ? "active" : "off", h.reason));
+        line(fmt::format("  hook {:<8} {:<28} {:<8} {}", h.concern, h.attach, h.active ? "active" : "off",
+                         h.reason));
     }
   }
   if (!snap.limitations.empty()) {
@@ -372,23 +422,40 @@ nlohmann::json live_json(const LiveObservation* live) {
   if (!live) return nullptr;
   json hooks = json::array();
   for (const auto& h : live->hooks)
-    hooks.push_back({{"concern", h.concern}, {"program", h.program}, {"attach", h.attach}, {"active", h.active},
+    hooks.push_back({{"concern", h.concern},
+                     {"program", h.program},
+                     {"attach", h.attach},
+                     {"active", h.active},
                      {"reason", h.reason}});
   json deaths = json::array();
   for (const auto& dth : live->deaths)
-    deaths.push_back({{"pid", dth.pid}, {"comm", dth.comm}, {"exit_status", (dth.exit_code >> 8) & 0xff},
-                      {"signal", dth.signal}, {"oom_victim", dth.oom_victim}});
+    deaths.push_back({{"pid", dth.pid},
+                      {"comm", dth.comm},
+                      {"exit_status", (dth.exit_code >> 8) & 0xff},
+                      {"signal", dth.signal},
+                      {"oom_victim", dth.oom_victim}});
   json rss = json::array();
   for (const auto& [pid, r] : live->rss)
-    rss.push_back({{"pid", pid}, {"first_bytes", r.first_bytes}, {"last_bytes", r.last_bytes},
-                   {"max_bytes", r.max_bytes}, {"samples", r.samples}});
+    rss.push_back({{"pid", pid},
+                   {"first_bytes", r.first_bytes},
+                   {"last_bytes", r.last_bytes},
+                   {"max_bytes", r.max_bytes},
+                   {"samples", r.samples}});
   json wakers = json::array();
   for (const auto& [tid, w] : live->last_waker)
-    wakers.push_back({{"tid", tid}, {"waker_pid", w.waker_tgid}, {"waker_tid", w.waker_tid},
+    wakers.push_back({{"tid", tid},
+                      {"waker_pid", w.waker_tgid},
+                      {"waker_tid", w.waker_tid},
                       {"waker_comm", w.waker_comm}});
-  return {{"duration_s", live->duration_s}, {"events", live->events}, {"dropped", live->dropped},
-          {"undecodable", live->undecodable}, {"hooks", hooks}, {"exits", deaths}, {"rss", rss},
-          {"last_wakers", wakers}, {"forked", live->forked}};
+  return {{"duration_s", live->duration_s},
+          {"events", live->events},
+          {"dropped", live->dropped},
+          {"undecodable", live->undecodable},
+          {"hooks", hooks},
+          {"exits", deaths},
+          {"rss", rss},
+          {"last_wakers", wakers},
+          {"forked", live->forked}};
 }
 
 nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
@@ -404,21 +471,20 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
   j["verdict"] = {{"status", d.verdict.status}, {"summary", d.verdict.summary}};
   j["progress_stopped"] = nullptr;
   if (const auto& ps = d.progress_stopped) {
-    j["progress_stopped"] = {
-        {"monotonic_ns", ps->monotonic_ns ? json(ps->monotonic_ns) : json(nullptr)},
-        {"unix_time", ps->unix_time},
-        {"utc", utc_time(ps->unix_time)},
-        {"ago_s", ps->ago_s},
-        {"basis", ps->basis},
-        {"at_the_latest", ps->at_the_latest},
-        {"tid", ps->tid},
-        {"pid", ps->pid},
-        {"comm", ps->comm},
-        {"thread", ps->thread},
-        {"waits_on", ps->waits_on},
-        {"tids", ps->tids},
-        {"timed_waits_not_counted", ps->timed_waits_not_counted},
-        {"live_note", ps->live_note.empty() ? json(nullptr) : json(ps->live_note)}};
+    j["progress_stopped"] = {{"monotonic_ns", ps->monotonic_ns ? json(ps->monotonic_ns) : json(nullptr)},
+                             {"unix_time", ps->unix_time},
+                             {"utc", utc_time(ps->unix_time)},
+                             {"ago_s", ps->ago_s},
+                             {"basis", ps->basis},
+                             {"at_the_latest", ps->at_the_latest},
+                             {"tid", ps->tid},
+                             {"pid", ps->pid},
+                             {"comm", ps->comm},
+                             {"thread", ps->thread},
+                             {"waits_on", ps->waits_on},
+                             {"tids", ps->tids},
+                             {"timed_waits_not_counted", ps->timed_waits_not_counted},
+                             {"live_note", ps->live_note.empty() ? json(nullptr) : json(ps->live_note)}};
   }
   j["sampled_at_unix"] = snap.sampled_at_unix > 0 ? json(snap.sampled_at_unix) : json(nullptr);
   j["sampled_at_monotonic_ns"] =
@@ -465,6 +531,15 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
         py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
       jt["python_stack"] = py;
       jt["python_stack_error"] = t.python_stack_error.empty() ? json(nullptr) : json(t.python_stack_error);
+      json native = json::array();
+      for (const auto& f : t.native_stack) native.push_back(user_frame_json(f));
+      jt["native_stack"] = native;
+      // Kernel ; native ; Python interleaved, innermost first: the one stack.
+      json merged = json::array();
+      if (it != d.graph.threads.end())
+        for (const auto& k : it->second.kernel_stack) merged.push_back({{"kind", "kernel"}, {"function", k}});
+      for (const auto& f : merged_user_stack(t)) merged.push_back(user_frame_json(f));
+      jt["stack"] = merged;
       jt["holds_gil"] = t.holds_gil;
       threads.push_back(jt);
     }

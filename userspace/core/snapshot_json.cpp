@@ -2,11 +2,51 @@
 
 #include <fmt/format.h>
 
+#include <type_traits>
+
 namespace hangtrace {
 
 using nlohmann::json;
 
 namespace {
+
+// Native frames keep what offline symbolization needs (module path,
+// build-id, offset in the module); keys at their defaults are left out so
+// Python frames read as before.
+json user_frame_to_json(const UserFrame& f) {
+  json j = {{"function", f.function}, {"file", f.file}};
+  if (f.kind == UserFrame::Kind::Native) {
+    j["kind"] = "native";
+    j["addr"] = f.addr;
+    j["module_offset"] = f.module_offset;
+    if (!f.build_id.empty()) j["build_id"] = f.build_id;
+  } else {
+    j["line"] = f.line;
+  }
+  if (f.python_entry) j["python_entry"] = true;
+  return j;
+}
+
+UserFrame user_frame_from_json(const json& j, UserFrame::Kind default_kind) {
+  UserFrame f;
+  f.kind = default_kind;
+  if (auto it = j.find("kind"); it != j.end() && it->is_string())
+    f.kind = it->get<std::string>() == "native" ? UserFrame::Kind::Native : UserFrame::Kind::Python;
+  auto str = [&](const char* key, std::string& out) {
+    if (auto it = j.find(key); it != j.end() && it->is_string()) out = it->get<std::string>();
+  };
+  auto num = [&](const char* key, auto& out) {
+    if (auto it = j.find(key); it != j.end() && it->is_number()) out = it->get<std::decay_t<decltype(out)>>();
+  };
+  str("function", f.function);
+  str("file", f.file);
+  str("build_id", f.build_id);
+  num("line", f.line);
+  num("addr", f.addr);
+  num("module_offset", f.module_offset);
+  if (auto it = j.find("python_entry"); it != j.end() && it->is_boolean()) f.python_entry = it->get<bool>();
+  return f;
+}
 
 const char* fd_kind_name(FdKind k) {
   switch (k) {
@@ -166,11 +206,16 @@ json snapshot_to_json(const Snapshot& s) {
       // Python stacks: only where read (older readers ignore the keys).
       if (!t.python_stack.empty()) {
         json py = json::array();
-        for (const auto& f : t.python_stack)
-          py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+        for (const auto& f : t.python_stack) py.push_back(user_frame_to_json(f));
         jt["python_stack"] = py;
       }
       if (!t.python_stack_error.empty()) jt["python_stack_error"] = t.python_stack_error;
+      if (!t.native_stack.empty()) {
+        json native = json::array();
+        for (const auto& f : t.native_stack) native.push_back(user_frame_to_json(f));
+        jt["native_stack"] = native;
+      }
+      if (!t.native_stack_error.empty()) jt["native_stack_error"] = t.native_stack_error;
       if (t.holds_gil) jt["holds_gil"] = true;
       threads.push_back(jt);
     }
@@ -316,15 +361,13 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           t.kernel = v;
         }
         for (const auto& jf : jt.value("python_stack", json::array())) {
-          if (!jf.is_object()) continue;
-          UserFrame f;
-          f.kind = UserFrame::Kind::Python;
-          get_if(jf, "function", f.function);
-          get_if(jf, "file", f.file);
-          get_if(jf, "line", f.line);
-          t.python_stack.push_back(std::move(f));
+          if (jf.is_object()) t.python_stack.push_back(user_frame_from_json(jf, UserFrame::Kind::Python));
         }
         get_if(jt, "python_stack_error", t.python_stack_error);
+        for (const auto& jf : jt.value("native_stack", json::array())) {
+          if (jf.is_object()) t.native_stack.push_back(user_frame_from_json(jf, UserFrame::Kind::Native));
+        }
+        get_if(jt, "native_stack_error", t.native_stack_error);
         get_if(jt, "holds_gil", t.holds_gil);
         p.threads.push_back(std::move(t));
       }

@@ -3,9 +3,11 @@
 The main thread blocks in lock.acquire() inside inner() called from outer();
 a second thread blocks in queue.get(). The READY line gives the tids and the
 line numbers (read with inspect, so the test hard-codes none):
-  READY pid=P main_tid=T main_line=L outer_line=L2 worker_tid=W worker_line=L3
+  READY pid=P main_tid=T main_line=L outer_line=L2 main_call_line=L0
+        worker_tid=W worker_line=L3 py_minor=M
 With --spin, a third thread runs a pure-Python loop (so it holds the GIL) and
-the line gains spin_tid=S spin_line=L4.
+the line gains spin_tid=S spin_line=L4. Runs on CPython 3.8 and later (no
+newer syntax).
 """
 import inspect
 import os
@@ -30,6 +32,14 @@ def line_of(marker, func):
     raise RuntimeError(marker)
 
 
+def line_in_file(marker):
+    with open(__file__) as f:
+        for i, text in enumerate(f, 1):
+            if text.rstrip().endswith("# " + marker):
+                return i
+    raise RuntimeError(marker)
+
+
 def consume():
     worker_tid.append(threading.get_native_id())
     started.set()
@@ -49,14 +59,16 @@ def inner():
     if spin_tid:
         extra = " spin_tid=%d spin_line=%d" % (spin_tid[0], line_of("SPIN", spin))
     print(
-        "READY pid=%d main_tid=%d main_line=%d outer_line=%d worker_tid=%d worker_line=%d%s"
+        "READY pid=%d main_tid=%d main_line=%d outer_line=%d main_call_line=%d worker_tid=%d worker_line=%d py_minor=%d%s"
         % (
             os.getpid(),
             threading.get_native_id(),
             line_of("BLOCK-MAIN", inner),
             line_of("CALL-INNER", outer),
+            line_in_file("CALL-OUTER"),
             worker_tid[0],
             line_of("BLOCK-WORKER", consume),
+            sys.version_info[1],
             extra,
         ),
         flush=True,
@@ -74,5 +86,5 @@ if __name__ == "__main__":
     if "--spin" in sys.argv:
         threading.Thread(target=spin, name="spinner", daemon=True).start()
         spinning.wait()
-    outer()
+    outer()  # CALL-OUTER
     sys.exit(0)

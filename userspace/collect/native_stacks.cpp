@@ -1,0 +1,710 @@
+#include "native_stacks.h"
+
+#include <cxxabi.h>
+#include <elf.h>
+#include <elfutils/libdwfl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "hangtrace/result.h"
+
+namespace hangtrace {
+
+namespace {
+
+constexpr size_t kMaxFrames = 128;
+// Most of a blocked thread's CFI-driven reads land within a few KiB of sp:
+// one process_vm_readv up front instead of one syscall per word.
+constexpr size_t kStackCopyBytes = 32 * 1024;
+constexpr size_t kPage = 4096;
+// Dwfls kept alive across processes and captures; each pins its modules'
+// CFI and symbol tables (tens of MB for a PyTorch process).
+constexpr size_t kMaxSessions = 8;
+constexpr size_t kMaxSymbolCache = 1 << 16;
+constexpr size_t kMaxSymbolIndexes = 64;
+constexpr size_t kMaxFunctionChars = 200;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The process whose files and memory libdw callbacks without an argument
+// (find_elf) must use; set around every libdw call under the cache mutex.
+thread_local pid_t t_current_pid = 0;
+
+// Opens the module through the target's own root so processes in another
+// mount namespace (containers) get their files, not ours with the same path.
+int find_elf(Dwfl_Module* mod, void** userdata, const char* module_name, Dwarf_Addr base, char** file_name,
+             Elf** elfp) {
+  if (module_name && module_name[0] == '/' && t_current_pid > 0) {
+    std::string path = fmt::format("/proc/{}/root{}", t_current_pid, module_name);
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      // Mapped whole, then the fd closed: cached Dwfls would otherwise hold
+      // one fd per module for as long as hangtrace runs.
+      Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+      // FDREAD reads in whatever mmap did not cover, then marks the fd done.
+      if (elf && elf_kind(elf) == ELF_K_ELF && elf_cntl(elf, ELF_C_FDREAD) == 0) {
+        close(fd);
+        *elfp = elf;
+        *file_name = strdup(module_name);
+        return -1;
+      }
+      if (elf) elf_end(elf);
+      *file_name = strdup(module_name);
+      return fd;
+    }
+  }
+  // Deleted files and the vDSO: read from the process itself.
+  return dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp);
+}
+
+// No separate debug files for the cached Dwfls: libdwfl keeps such a file's
+// fd open for the Dwfl's lifetime, and unwinding needs only .eh_frame. Their
+// symbols still count (SymbolIndex::add_debug_file); and nothing here may
+// reach debuginfod over the network while a job hangs.
+int find_debuginfo(Dwfl_Module*, void**, const char*, Dwarf_Addr, const char*, const char*, GElf_Word,
+                   char**) {
+  return -1;
+}
+
+const Dwfl_Callbacks kDwflCallbacks = {
+    .find_elf = find_elf,
+    .find_debuginfo = find_debuginfo,
+    .section_address = nullptr,
+    .debuginfo_path = nullptr,
+};
+
+// What the thread callbacks see: the thread being unwound right now. A Dwfl
+// is attached once but serves many processes (same mappings), so the pid for
+// memory reads is mutable too.
+struct UnwindState {
+  pid_t pid = 0;
+  pid_t tid = 0;
+  uint16_t machine = 0;
+  uint16_t nregs = 0;
+  const uint64_t* regs = nullptr;
+  uint64_t copy_base = 0;
+  size_t copy_len = 0;
+  std::vector<uint8_t> copy = std::vector<uint8_t>(kStackCopyBytes);
+  uint64_t remote_reads = 0;
+};
+
+bool read_remote(pid_t pid, uint64_t addr, void* out, size_t len) {
+  iovec local{out, len};
+  iovec remote{reinterpret_cast<void*>(addr), len};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
+}
+
+// Page-sized remote pieces: a read that runs off the end of the stack
+// mapping then still returns the pages before it.
+size_t copy_stack(pid_t pid, uint64_t sp, std::vector<uint8_t>& buf) {
+  iovec local{buf.data(), buf.size()};
+  std::vector<iovec> remote;
+  uint64_t addr = sp;
+  uint64_t end = sp + buf.size();
+  while (addr < end) {
+    uint64_t next = std::min(end, (addr / kPage + 1) * kPage);
+    remote.push_back({reinterpret_cast<void*>(addr), static_cast<size_t>(next - addr)});
+    addr = next;
+  }
+  ssize_t n = process_vm_readv(pid, &local, 1, remote.data(), remote.size(), 0);
+  return n > 0 ? static_cast<size_t>(n) : 0;
+}
+
+pid_t cb_next_thread(Dwfl*, void*, void**) { return 0; }
+
+bool cb_get_thread(Dwfl*, pid_t tid, void* dwfl_arg, void** thread_argp) {
+  auto* st = static_cast<UnwindState*>(dwfl_arg);
+  if (tid != st->tid) return false;
+  *thread_argp = st;
+  return true;
+}
+
+bool cb_memory_read(Dwfl*, Dwarf_Addr addr, Dwarf_Word* result, void* dwfl_arg) {
+  auto* st = static_cast<UnwindState*>(dwfl_arg);
+  if (addr >= st->copy_base && addr - st->copy_base + sizeof(Dwarf_Word) <= st->copy_len) {
+    std::memcpy(result, st->copy.data() + (addr - st->copy_base), sizeof(Dwarf_Word));
+    return true;
+  }
+  ++st->remote_reads;
+  return read_remote(st->pid, addr, result, sizeof(Dwarf_Word));
+}
+
+bool cb_set_initial_registers(Dwfl_Thread* thread, void* thread_arg) {
+  auto* st = static_cast<UnwindState*>(thread_arg);
+  const Dwarf_Word* regs = reinterpret_cast<const Dwarf_Word*>(st->regs);
+  if (st->machine == EM_AARCH64) {
+    // libdw's aarch64 numbering has no pc register: it is set on its own.
+    if (!dwfl_thread_state_registers(thread, 0, 32, regs)) return false;
+    dwfl_thread_state_register_pc(thread, regs[32]);
+    return true;
+  }
+  if (!dwfl_thread_state_registers(thread, 0, st->nregs, regs)) return false;
+  dwfl_thread_state_register_pc(thread, regs[16]);
+  return true;
+}
+
+const Dwfl_Thread_Callbacks kThreadCallbacks = {
+    .next_thread = cb_next_thread,
+    .get_thread = cb_get_thread,
+    .memory_read = cb_memory_read,
+    .set_initial_registers = cb_set_initial_registers,
+    .detach = nullptr,
+    .thread_detach = nullptr,
+};
+
+std::string dwfl_error() {
+  const char* msg = dwfl_errmsg(-1);
+  return msg ? msg : "unknown libdw error";
+}
+
+int sp_regno(uint16_t machine) { return machine == EM_AARCH64 ? 31 : 7; }
+
+std::string demangle(const char* name) {
+  std::string out = name;
+  // Dynamic symbols carry their version ("__libc_start_main@@GLIBC_2.34"):
+  // noise to a reader, and it breaks matching by name.
+  if (auto at = out.find('@'); at != std::string::npos && at > 0) out.resize(at);
+  if (out.size() > 2 && out[0] == '_' && out[1] == 'Z') {
+    int status = 0;
+    char* d = abi::__cxa_demangle(out.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && d) out = d;
+    std::free(d);
+  }
+  if (out.size() > kMaxFunctionChars) out = out.substr(0, kMaxFunctionChars - 3) + "...";
+  return out;
+}
+
+std::string hex(const unsigned char* bits, int len) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(static_cast<size_t>(len) * 2);
+  for (int i = 0; i < len; ++i) {
+    out.push_back(digits[bits[i] >> 4]);
+    out.push_back(digits[bits[i] & 0xf]);
+  }
+  return out;
+}
+
+// The executable file mappings (and the vDSO) of a process: two processes
+// with the same ones run the same code at the same addresses, so one Dwfl
+// (modules, CFI, symbol tables) serves both. Data mappings (/dev/shm
+// segments, datasets) differ between DataLoader workers and are left out.
+std::optional<std::string> code_signature(int pid, std::string& error) {
+  std::string path = fmt::format("/proc/{}/maps", pid);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error = fmt::format("failed to read {}: {}", path, std::strerror(errno));
+    return std::nullopt;
+  }
+  std::string text;
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n < 0) error = fmt::format("failed to read {}: {}", path, std::strerror(errno));
+      break;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (!error.empty()) return std::nullopt;
+
+  std::string sig;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    size_t eol = rest.find('\n');
+    std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
+    // start-end perms offset dev inode path: perms is the second field.
+    size_t sp1 = line.find(' ');
+    if (sp1 == std::string_view::npos || line.size() < sp1 + 4 || line[sp1 + 3] != 'x') continue;
+    size_t slash = line.find_first_of("/[", sp1);
+    if (slash == std::string_view::npos) continue;
+    std::string_view name = line.substr(slash);
+    if (name[0] == '[' && name != "[vdso]") continue;
+    sig.append(line);
+    sig.push_back('\n');
+  }
+  if (sig.empty()) {
+    error = fmt::format("failed to read {}: no executable mappings", path);
+    return std::nullopt;
+  }
+  return sig;
+}
+
+struct ModuleMeta {
+  std::string path;
+  std::string build_id;  // hex
+  Dwarf_Addr bias = 0;   // load bias: pc - bias is the ELF virtual address
+};
+
+struct Session {
+  Dwfl* dwfl = nullptr;
+  UnwindState state;
+  uint64_t last_used = 0;
+  std::unordered_map<Dwfl_Module*, ModuleMeta> modules;
+  ~Session() {
+    if (dwfl) dwfl_end(dwfl);
+  }
+};
+
+// A module's function symbols sorted by address, built once per build-id.
+// dwfl_module_addrinfo scans the whole symbol table on every lookup (~1.5 ms
+// for a static function of python3.11, far more in libtorch_cpu.so); this
+// costs one scan, then a binary search. Names are copied so the index does
+// not depend on any Dwfl (or open file) staying alive.
+struct SymbolIndex {
+  struct Entry {
+    uint64_t start;  // ELF virtual address (load bias removed)
+    uint64_t size;
+    uint32_t name;  // offset into names
+    uint8_t rank;   // GLOBAL 2, WEAK 1, LOCAL 0: which of several at one address names it
+  };
+  std::vector<Entry> entries;
+  std::string names;
+
+  void add(const GElf_Sym& sym, uint64_t start, const char* name) {
+    if (!name || !*name || sym.st_shndx == SHN_UNDEF) return;
+    int type = GELF_ST_TYPE(sym.st_info);
+    if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE) return;
+    int bind = GELF_ST_BIND(sym.st_info);
+    uint8_t rank = bind == STB_GLOBAL ? 2 : bind == STB_WEAK ? 1 : 0;
+    entries.push_back({start, sym.st_size, static_cast<uint32_t>(names.size()), rank});
+    names.append(name);
+    names.push_back('\0');
+  }
+
+  // The separate debug file's .symtab (installed -dbg packages) has the
+  // static functions a stripped library lacks. Read with libelf and closed
+  // again: the cached Dwfls never look for debug files, so they hold no fds.
+  bool add_debug_file(const std::string& build_id) {
+    if (build_id.size() < 4) return false;
+    std::string path =
+        "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+    return add_elf_file(path, SHT_SYMTAB);
+  }
+
+  // The function symbols of the ELF at `path` from its sections of `type`
+  // (SHT_SYMTAB; with 0, .symtab and .dynsym both), by ELF virtual address.
+  bool add_elf_file(const std::string& path, uint32_t type) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+    bool found = false;
+    for (Elf_Scn* scn = elf ? elf_nextscn(elf, nullptr) : nullptr; scn; scn = elf_nextscn(elf, scn)) {
+      GElf_Shdr shdr;
+      if (!gelf_getshdr(scn, &shdr) || shdr.sh_entsize == 0) continue;
+      if (type ? shdr.sh_type != type : shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (!data) continue;
+      size_t n = shdr.sh_size / shdr.sh_entsize;
+      for (size_t i = 0; i < n; ++i) {
+        GElf_Sym sym;
+        if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
+        add(sym, sym.st_value, elf_strptr(elf, shdr.sh_link, sym.st_name));
+      }
+      found = true;
+    }
+    if (elf) elf_end(elf);
+    close(fd);
+    return found;
+  }
+
+  static std::shared_ptr<SymbolIndex> build(Dwfl_Module* mod, Dwarf_Addr bias, const std::string& build_id) {
+    auto index = std::make_shared<SymbolIndex>();
+    if (!index->add_debug_file(build_id)) {
+      int n = dwfl_module_getsymtab(mod);
+      for (int i = 0; i < n; ++i) {
+        GElf_Sym sym;
+        GElf_Addr addr = 0;
+        const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, nullptr, nullptr, nullptr);
+        if (addr >= bias) index->add(sym, addr - bias, name);
+      }
+    }
+    index->finish();
+    return index;
+  }
+
+  // From the files alone (no process, no Dwfl): the debug file's .symtab
+  // when installed, else the ELF's own .symtab and .dynsym.
+  static std::shared_ptr<SymbolIndex> build_from_file(const std::string& path, const std::string& build_id) {
+    auto index = std::make_shared<SymbolIndex>();
+    if (!index->add_debug_file(build_id)) index->add_elf_file(path, 0);
+    index->finish();
+    return index;
+  }
+
+  void finish() {
+    auto& e = entries;
+    std::sort(e.begin(), e.end(), [](const Entry& a, const Entry& b) {
+      if (a.start != b.start) return a.start < b.start;
+      if (a.rank != b.rank) return a.rank > b.rank;
+      return a.size > b.size;
+    });
+    // Aliases: keep the best-ranked name per address.
+    e.erase(
+        std::unique(e.begin(), e.end(), [](const Entry& a, const Entry& b) { return a.start == b.start; }),
+        e.end());
+    e.shrink_to_fit();
+  }
+
+  // The symbol covering `addr`: the nearest one at or below it whose size
+  // reaches it (a few back, for symbols nested in a larger one), else a
+  // sized-0 symbol right below (hand-written assembly often has no size).
+  const Entry* find(uint64_t addr) const {
+    auto it = std::upper_bound(entries.begin(), entries.end(), addr,
+                               [](uint64_t a, const Entry& e) { return a < e.start; });
+    if (it == entries.begin()) return nullptr;
+    auto nearest = std::prev(it);
+    if (nearest->size == 0) return &*nearest;
+    for (auto c = nearest;; --c) {
+      if (c->size && addr < c->start + c->size) return &*c;
+      if (c == entries.begin() || nearest - c >= 8) break;
+    }
+    return nullptr;
+  }
+};
+
+struct SymbolKey {
+  std::string build_id;
+  uint64_t offset;
+  bool operator==(const SymbolKey&) const = default;
+};
+struct SymbolKeyHash {
+  size_t operator()(const SymbolKey& k) const {
+    return std::hash<std::string>()(k.build_id) ^ (std::hash<uint64_t>()(k.offset) * 0x9e3779b97f4a7c15ull);
+  }
+};
+
+struct RawFrame {
+  Dwarf_Addr pc = 0;
+  bool activation = false;
+};
+
+struct WalkState {
+  std::vector<RawFrame> frames;
+  int sp_reg = 7;
+  Dwarf_Word last_sp = 0;
+  bool have_last_sp = false;
+};
+
+int cb_frame(Dwfl_Frame* frame, void* arg) {
+  auto* w = static_cast<WalkState*>(arg);
+  Dwarf_Addr pc = 0;
+  bool activation = false;
+  if (!dwfl_frame_pc(frame, &pc, &activation) || pc == 0) return DWARF_CB_ABORT;
+  Dwarf_Word sp = 0;
+  bool have_sp = dwfl_frame_reg(frame, static_cast<unsigned>(w->sp_reg), &sp) == 0;
+  // The same pc at the same sp is a frame unwound into itself: a loop, not
+  // recursion (which moves sp).
+  if (!w->frames.empty() && w->frames.back().pc == pc && have_sp && w->have_last_sp && sp == w->last_sp)
+    return DWARF_CB_ABORT;
+  w->frames.push_back({pc, activation});
+  w->last_sp = sp;
+  w->have_last_sp = have_sp;
+  return w->frames.size() >= kMaxFrames ? DWARF_CB_ABORT : DWARF_CB_OK;
+}
+
+}  // namespace
+
+struct NativeStackCache::Impl {
+  mutable std::mutex mu;
+  std::unordered_map<std::string, std::unique_ptr<Session>> sessions;  // by code_signature
+  std::unordered_map<SymbolKey, std::string, SymbolKeyHash> symbols;
+  std::unordered_map<std::string, std::shared_ptr<SymbolIndex>> indexes;  // by build-id
+  uint64_t clock = 0;
+  NativeStackStats stats;
+
+  Result<Session*> session_for(int mem_pid);
+  const ModuleMeta& module_meta(Session& s, Dwfl_Module* mod);
+  std::string symbolize(Session& s, Dwfl_Module* mod, const ModuleMeta& meta, Dwarf_Addr lookup);
+  void unwind_thread(Session& s, ThreadInfo& t);
+  // Per module file: its build-id and how file offsets map to ELF virtual
+  // addresses (the executable PT_LOAD segments), read once.
+  struct FileMeta {
+    bool ok = false;
+    std::string build_id;
+    std::vector<std::array<uint64_t, 3>> segments;  // {p_offset, p_filesz, p_vaddr}
+  };
+  std::unordered_map<std::string, FileMeta> files;  // by path
+  const FileMeta& file_meta(const std::string& path);
+};
+
+const NativeStackCache::Impl::FileMeta& NativeStackCache::Impl::file_meta(const std::string& path) {
+  auto it = files.find(path);
+  if (it != files.end()) return it->second;
+  if (files.size() >= kMaxSymbolIndexes * 4) files.clear();
+  FileMeta m;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  Elf* elf = fd >= 0 ? elf_begin(fd, ELF_C_READ_MMAP, nullptr) : nullptr;
+  size_t phnum = 0;
+  if (elf && elf_getphdrnum(elf, &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+        m.segments.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
+    }
+    // The GNU build-id note, from the section headers (present in every
+    // distribution ELF; libdw is not needed for one note).
+    for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn && m.build_id.empty(); scn = elf_nextscn(elf, scn)) {
+      GElf_Shdr shdr;
+      if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_NOTE) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      GElf_Nhdr nh;
+      size_t off = 0, name_off = 0, desc_off = 0;
+      while (data && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+        if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+            std::memcmp(static_cast<const char*>(data->d_buf) + name_off, "GNU", 4) == 0) {
+          m.build_id = hex(static_cast<const unsigned char*>(data->d_buf) + desc_off, nh.n_descsz);
+          break;
+        }
+      }
+    }
+    m.ok = !m.segments.empty();
+  }
+  if (elf) elf_end(elf);
+  if (fd >= 0) close(fd);
+  return files.emplace(path, std::move(m)).first->second;
+}
+
+Result<Session*> NativeStackCache::Impl::session_for(int mem_pid) {
+  std::string error;
+  auto sig = code_signature(mem_pid, error);
+  if (!sig) return make_error(error);
+  if (auto it = sessions.find(*sig); it != sessions.end()) {
+    ++stats.dwfl_reused;
+    it->second->last_used = ++clock;
+    return it->second.get();
+  }
+  auto s = std::make_unique<Session>();
+  s->dwfl = dwfl_begin(&kDwflCallbacks);
+  if (!s->dwfl) return make_error("failed to start libdw: " + dwfl_error());
+  dwfl_report_begin(s->dwfl);
+  int r = dwfl_linux_proc_report(s->dwfl, mem_pid);
+  if (dwfl_report_end(s->dwfl, nullptr, nullptr) != 0 || r != 0) {
+    std::string why = r > 0 ? std::strerror(r) : dwfl_error();
+    return make_error(fmt::format("failed to report the modules of {}: {}", mem_pid, why));
+  }
+  s->state.pid = mem_pid;
+  if (!dwfl_attach_state(s->dwfl, nullptr, mem_pid, &kThreadCallbacks, &s->state))
+    return make_error(fmt::format("failed to set up unwinding of {}: {}", mem_pid, dwfl_error()));
+  ++stats.dwfl_created;
+  s->last_used = ++clock;
+  if (sessions.size() >= kMaxSessions) {
+    auto oldest = std::min_element(sessions.begin(), sessions.end(), [](const auto& a, const auto& b) {
+      return a.second->last_used < b.second->last_used;
+    });
+    sessions.erase(oldest);
+  }
+  Session* raw = s.get();
+  sessions.emplace(std::move(*sig), std::move(s));
+  return raw;
+}
+
+const ModuleMeta& NativeStackCache::Impl::module_meta(Session& s, Dwfl_Module* mod) {
+  auto it = s.modules.find(mod);
+  if (it != s.modules.end()) return it->second;
+  ModuleMeta m;
+  Dwarf_Addr start = 0;
+  const char* name = dwfl_module_info(mod, nullptr, &start, nullptr, nullptr, nullptr, nullptr, nullptr);
+  if (name) m.path = name;
+  const unsigned char* bits = nullptr;
+  GElf_Addr vaddr = 0;
+  int len = dwfl_module_build_id(mod, &bits, &vaddr);
+  if (len > 0 && bits) m.build_id = hex(bits, len);
+  Dwarf_Addr bias = 0;
+  m.bias = dwfl_module_getelf(mod, &bias) ? bias : start;
+  return s.modules.emplace(mod, std::move(m)).first->second;
+}
+
+std::string NativeStackCache::Impl::symbolize(Session& s, Dwfl_Module* mod, const ModuleMeta& meta,
+                                              Dwarf_Addr lookup) {
+  (void)s;
+  // Without a build-id nothing says two files are the same: look up, don't cache.
+  std::optional<SymbolKey> key;
+  if (!meta.build_id.empty()) {
+    key = SymbolKey{meta.build_id, lookup - meta.bias};
+    if (auto it = symbols.find(*key); it != symbols.end()) {
+      ++stats.symbol_cache_hits;
+      return it->second;
+    }
+    ++stats.symbol_cache_misses;
+  }
+  const char* name = nullptr;
+  if (key) {
+    auto it = indexes.find(meta.build_id);
+    if (it == indexes.end()) {
+      if (indexes.size() >= kMaxSymbolIndexes) indexes.clear();
+      it = indexes.emplace(meta.build_id, SymbolIndex::build(mod, meta.bias, meta.build_id)).first;
+    }
+    const SymbolIndex& idx = *it->second;
+    if (const SymbolIndex::Entry* e = idx.find(lookup - meta.bias)) name = idx.names.data() + e->name;
+  } else {
+    GElf_Off offset = 0;
+    GElf_Sym sym;
+    name = dwfl_module_addrinfo(mod, lookup, &offset, &sym, nullptr, nullptr, nullptr);
+  }
+  std::string function = name && *name ? demangle(name) : std::string();
+  if (key) {
+    if (symbols.size() >= kMaxSymbolCache) symbols.clear();
+    symbols.emplace(std::move(*key), function);
+  }
+  return function;
+}
+
+void NativeStackCache::Impl::unwind_thread(Session& s, ThreadInfo& t) {
+  const KernelTaskView& k = *t.kernel;
+  UnwindState& st = s.state;
+  st.tid = t.tid;
+  st.machine = k.user_machine;
+  st.nregs = k.user_nregs;
+  st.regs = k.user_regs.data();
+  uint64_t sp = k.user_regs[static_cast<size_t>(sp_regno(k.user_machine))];
+  st.copy_base = sp;
+  st.copy_len = copy_stack(st.pid, sp, st.copy);
+  uint64_t reads_before = st.remote_reads;
+
+  WalkState walk;
+  walk.sp_reg = sp_regno(k.user_machine);
+  auto started = std::chrono::steady_clock::now();
+  int rc = dwfl_getthread_frames(s.dwfl, t.tid, cb_frame, &walk);
+  // Running off the end of the CFI (rc -1) after some frames is how most
+  // stacks end; only no frame at all is a failure.
+  std::string error = rc == -1 && walk.frames.empty() ? dwfl_error() : "";
+  stats.unwind_ms += ms_since(started);
+  stats.remote_reads += st.remote_reads - reads_before;
+  st.regs = nullptr;
+
+  if (walk.frames.empty()) {
+    ++stats.threads_failed;
+    t.native_stack_error = "failed to unwind: " + (error.empty() ? std::string("no frames") : error);
+    return;
+  }
+  started = std::chrono::steady_clock::now();
+  t.native_stack.clear();
+  t.native_stack_error.clear();
+  for (const RawFrame& raw : walk.frames) {
+    UserFrame f;
+    f.kind = UserFrame::Kind::Native;
+    f.addr = raw.pc;
+    // A return address points after the call: pc - 1 is still inside the
+    // calling function (the call may be its last instruction).
+    Dwarf_Addr lookup = raw.activation ? raw.pc : raw.pc - 1;
+    if (Dwfl_Module* mod = dwfl_addrmodule(s.dwfl, lookup)) {
+      const ModuleMeta& meta = module_meta(s, mod);
+      f.file = meta.path;
+      f.build_id = meta.build_id;
+      f.module_offset = raw.pc - meta.bias;
+      f.function = symbolize(s, mod, meta, lookup);
+      if (!f.function.empty()) ++stats.frames_symbolized;
+    }
+    t.native_stack.push_back(std::move(f));
+  }
+  stats.frames += t.native_stack.size();
+  stats.symbolize_ms += ms_since(started);
+  ++stats.threads_unwound;
+}
+
+NativeStackCache::NativeStackCache() : impl_(std::make_unique<Impl>()) {}
+NativeStackCache::~NativeStackCache() = default;
+
+std::string NativeStackCache::unwind_process(ProcessInfo& p, int mem_pid) {
+  std::vector<ThreadInfo*> blocked;
+  for (auto& t : p.threads) {
+    // A running thread's saved registers are from its last kernel entry, not
+    // where it is now; a zombie's stack is gone.
+    if (!t.kernel || !t.kernel->has_user_regs || t.kernel->on_cpu || t.state == 'Z' || t.state == 'X')
+      continue;
+    if (t.kernel->user_machine != EM_X86_64 && t.kernel->user_machine != EM_AARCH64) continue;
+    blocked.push_back(&t);
+  }
+  if (blocked.empty()) return "";
+
+  std::lock_guard lock(impl_->mu);
+  t_current_pid = mem_pid;
+  auto started = std::chrono::steady_clock::now();
+  auto session = impl_->session_for(mem_pid);
+  impl_->stats.report_ms += ms_since(started);
+  if (!session) {
+    t_current_pid = 0;
+    impl_->stats.threads_failed += blocked.size();
+    for (ThreadInfo* t : blocked) t->native_stack_error = session.error();
+    return session.error();
+  }
+  Session& s = **session;
+  s.state.pid = mem_pid;
+  for (ThreadInfo* t : blocked) impl_->unwind_thread(s, *t);
+  t_current_pid = 0;
+  return "";
+}
+
+void NativeStackCache::symbolize_file_frames(std::vector<UserFrame>& frames) {
+  std::lock_guard lock(impl_->mu);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    UserFrame& f = frames[i];
+    if (f.kind != UserFrame::Kind::Native || !f.function.empty() || f.file.empty() || f.file[0] != '/')
+      continue;
+    const Impl::FileMeta& m = impl_->file_meta(f.file);
+    if (!m.ok) continue;
+    uint64_t offset = f.module_offset;
+    auto seg = std::find_if(m.segments.begin(), m.segments.end(),
+                            [&](const auto& s) { return offset >= s[0] && offset < s[0] + s[1]; });
+    if (seg == m.segments.end()) continue;
+    uint64_t vaddr = offset - (*seg)[0] + (*seg)[2];
+    f.module_offset = vaddr;
+    f.build_id = m.build_id;
+    // A return address points after its call: look up the call (the
+    // innermost frame is where the thread is, not a return address).
+    uint64_t lookup = i == 0 ? vaddr : vaddr - 1;
+    if (m.build_id.empty()) continue;
+    SymbolKey key{m.build_id, lookup};
+    auto hit = impl_->symbols.find(key);
+    if (hit != impl_->symbols.end()) {
+      ++impl_->stats.symbol_cache_hits;
+      f.function = hit->second;
+      continue;
+    }
+    ++impl_->stats.symbol_cache_misses;
+    auto idx = impl_->indexes.find(m.build_id);
+    if (idx == impl_->indexes.end()) {
+      if (impl_->indexes.size() >= kMaxSymbolIndexes) impl_->indexes.clear();
+      idx = impl_->indexes.emplace(m.build_id, SymbolIndex::build_from_file(f.file, m.build_id)).first;
+    }
+    const SymbolIndex::Entry* e = idx->second->find(lookup);
+    std::string function = e ? demangle(idx->second->names.data() + e->name) : std::string();
+    if (impl_->symbols.size() >= kMaxSymbolCache) impl_->symbols.clear();
+    impl_->symbols.emplace(std::move(key), function);
+    f.function = std::move(function);
+  }
+}
+
+NativeStackStats NativeStackCache::stats() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->stats;
+}
+
+NativeStackCache& process_native_stack_cache() {
+  static NativeStackCache cache;
+  return cache;
+}
+
+}  // namespace hangtrace
