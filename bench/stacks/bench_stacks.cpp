@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
   std::vector<int> pids;
   for (int i = 1; i < argc; ++i) pids.push_back(std::atoi(argv[i]));
 
+  // As a process that captures repeatedly runs (--duration, a daemon): the
+  // iterator is verified on the first capture only.
+  keep_task_iterator_loaded(true);
   NativeStackCache stacks_cache;
   Round first = stacks_round(pids, stacks_cache);
   NativeStackStats after_first = stacks_cache.stats();
@@ -125,6 +128,8 @@ int main(int argc, char** argv) {
   print_stats("first", after_first);
   print_stats("total", after_second);
 
+  keep_task_iterator_loaded(false);  // cold again: the collector's first capture loads it
+  keep_task_iterator_loaded(true);
   NativeStackCache collect_cache;
   Round c1 = collect_round(pids[0], collect_cache);
   Round c2 = collect_round(pids[0], collect_cache);

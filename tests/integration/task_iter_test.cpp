@@ -155,6 +155,37 @@ TEST(TaskIter, NothingStaysLoaded) {
   EXPECT_EQ(bpf_fd_count(), before);
 }
 
+// Kept loaded, the iterator is verified once: later passes add no program,
+// map or link (the fd count stays), sample the tgids asked for this time
+// and no others, and unkeeping releases everything.
+TEST(TaskIter, KeptLoadedIteratorIsReusedThenReleased) {
+  HANGTRACE_REQUIRE_BPF();
+  int before = bpf_fd_count();
+  ASSERT_GE(before, 0);
+  keep_task_iterator_loaded(true);
+  auto sees_self = [](const std::vector<KernelTaskSample>& samples) {
+    for (const auto& s : samples)
+      if (s.tid == static_cast<int>(gettid())) return true;
+    return false;
+  };
+  auto first = sample_kernel_tasks({static_cast<int>(getpid())});
+  ASSERT_TRUE(first.ok()) << first.error();
+  EXPECT_TRUE(sees_self(*first));
+  int kept = bpf_fd_count();
+  EXPECT_GT(kept, before);
+  for (int i = 0; i < 3; ++i) {
+    auto again = sample_kernel_tasks({static_cast<int>(getpid()), 0x7ffffff0});
+    ASSERT_TRUE(again.ok()) << again.error();
+    EXPECT_TRUE(sees_self(*again));
+    EXPECT_EQ(bpf_fd_count(), kept);
+  }
+  auto other = sample_kernel_tasks({0x7ffffff0});
+  ASSERT_TRUE(other.ok()) << other.error();
+  EXPECT_TRUE(other->empty()) << "the last pass's tgids leaked into this one";
+  keep_task_iterator_loaded(false);
+  EXPECT_EQ(bpf_fd_count(), before);
+}
+
 TEST(TaskIter, UnavailableReasonIsEmptyWithRootAndBtf) {
   HANGTRACE_REQUIRE_BPF();
   EXPECT_EQ(bpf_unavailable_reason(), "");

@@ -221,6 +221,8 @@ int run_live(const Options& opt) {
     return fail(
         "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
   if (opt.verbosity > 2) set_bpf_verbosity(opt.verbosity - 2);
+  // Two captures (before and after the window): verify the task iterator once.
+  if (opt.duration_s > 0) keep_task_iterator_loaded(true);
   Result<Snapshot> snap = collect_snapshot(opt.pid, collect_options(opt));
   if (!snap) return fail(snap.error());
   if (opt.duration_s <= 0 || opt.no_bpf) return report(*snap, opt);

@@ -136,21 +136,62 @@ std::string bpf_unavailable_reason() {
   return "";
 }
 
+namespace {
+
+// keep_task_iterator_loaded(): the verified object between passes.
+std::mutex g_kept_mu;
+bool g_keep_loaded = false;
+task_snapshot_bpf* g_kept = nullptr;
+uint32_t g_kept_entries = 0;
+// Room in a kept object's tgid map: a job's processes, with margin.
+constexpr uint32_t kKeptTgids = 4096;
+
+}  // namespace
+
+void keep_task_iterator_loaded(bool keep) {
+  std::lock_guard lock(g_kept_mu);
+  g_keep_loaded = keep;
+  if (!keep && g_kept) {
+    task_snapshot_bpf__destroy(g_kept);
+    g_kept = nullptr;
+  }
+}
+
 Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids) {
   libbpf_set_print(libbpf_print);
+  std::lock_guard lock(g_kept_mu);
 
   IterSession s;
-  s.skel = task_snapshot_bpf__open();
-  if (!s.skel) return load_error("open", errno);
-
-  s.skel->rodata->filter_by_tgid = true;
-  uint32_t entries = static_cast<uint32_t>(std::max<size_t>(tgids.size(), 1));
-  if (int err = bpf_map__set_max_entries(s.skel->maps.target_tgids, entries)) {
-    return load_error("sizing the tgid map", err);
+  task_snapshot_bpf* skel = nullptr;
+  if (g_kept && tgids.size() <= g_kept_entries) {
+    // Reused: empty the tgid set of the last pass first.
+    skel = g_kept;
+    int fd = bpf_map__fd(skel->maps.target_tgids);
+    uint32_t key = 0, next = 0;
+    while (bpf_map_get_next_key(fd, nullptr, &next) == 0) {
+      key = next;
+      if (bpf_map_delete_elem(fd, &key) != 0) return load_error("emptying the tgid map", errno);
+    }
+  } else {
+    s.skel = task_snapshot_bpf__open();
+    if (!s.skel) return load_error("open", errno);
+    s.skel->rodata->filter_by_tgid = true;
+    uint32_t entries = static_cast<uint32_t>(std::max<size_t>(tgids.size(), 1));
+    if (g_keep_loaded) entries = std::max(entries, kKeptTgids);
+    if (int err = bpf_map__set_max_entries(s.skel->maps.target_tgids, entries)) {
+      return load_error("sizing the tgid map", err);
+    }
+    if (int err = task_snapshot_bpf__load(s.skel)) return load_error("", err);
+    skel = s.skel;
+    if (g_keep_loaded) {
+      if (g_kept) task_snapshot_bpf__destroy(g_kept);  // too small for this job
+      g_kept = s.skel;
+      g_kept_entries = entries;
+      s.skel = nullptr;  // not this pass's to destroy
+    }
   }
-  if (int err = task_snapshot_bpf__load(s.skel)) return load_error("", err);
 
-  int map_fd = bpf_map__fd(s.skel->maps.target_tgids);
+  int map_fd = bpf_map__fd(skel->maps.target_tgids);
   for (int tgid : tgids) {
     if (tgid <= 0) continue;
     uint32_t key = static_cast<uint32_t>(tgid);
@@ -160,7 +201,7 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
     }
   }
 
-  s.link = bpf_program__attach_iter(s.skel->progs.ht_task_snapshot, nullptr);
+  s.link = bpf_program__attach_iter(skel->progs.ht_task_snapshot, nullptr);
   if (!s.link) return load_error("attaching the iterator", errno);
   s.iter_fd = bpf_iter_create(bpf_link__fd(s.link));
   if (s.iter_fd < 0) return load_error("creating the iterator", errno);

@@ -24,8 +24,15 @@ struct KernelTaskSample {
 
 // Loads the iterator (open -> set map sizes/rodata -> load -> attach), runs it
 // once, and detaches everything before returning: nothing stays attached.
+// With keep_task_iterator_loaded(true) the loaded program and its maps stay
+// (held by this process's fds: they go when it exits, however it exits) and
+// later passes only refill the tgid map and attach a fresh iterator link:
+// verifying the program is most of a capture's cost (30-75 ms here), which a
+// process that captures more than once (--duration, a daemon) pays once.
 // Error messages read "failed to load BPF task iterator: <reason>".
 Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids);
+// false (the default) also unloads a kept program now.
+void keep_task_iterator_loaded(bool keep);
 
 // libbpf's own messages on stderr: 0 none (default), 1 warnings and info
 // (a failed load's verifier log is a warning), 2 also debug (CO-RE relocations).
