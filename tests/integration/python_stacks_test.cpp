@@ -217,6 +217,36 @@ TEST_P(PythonStacks, SpinningThreadHoldsTheGil) {
   EXPECT_EQ(holders, 1);
 }
 
+// A stripped or statically linked interpreter may have no _PyRuntime symbol:
+// 3.12+ are found by their .PyRuntime section (`strip` keeps section
+// headers), 3.8-3.11 by scanning the interpreter's data for a
+// self-consistent interpreter list; the stacks come out the same.
+TEST_P(PythonStacks, FoundWithoutSymbolsByScanningItsData) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload w({GetParam().path, "-u", script_path("blocked_threads.py")});
+  auto f = ready_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
+  ASSERT_EQ(wait_until_blocked(w.pid()), "");
+  auto with = collect_snapshot(w.pid(), fast_options());
+  CollectOptions scan = fast_options();
+  scan.python_symbols = false;
+  auto without = collect_snapshot(w.pid(), scan);
+  ASSERT_TRUE(with.ok()) << with.error();
+  ASSERT_TRUE(without.ok()) << without.error();
+  for (int tid : {static_cast<int>(f["main_tid"]), static_cast<int>(f["worker_tid"])}) {
+    const ThreadInfo* a = thread_of(*with->process(w.pid()), tid);
+    const ThreadInfo* b = thread_of(*without->process(w.pid()), tid);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(b->python_stack_error, "");
+    ASSERT_GE(b->python_stack.size(), 3u) << describe(*b);
+    ASSERT_EQ(a->python_stack.size(), b->python_stack.size()) << describe(*a) << "\n" << describe(*b);
+    for (size_t i = 0; i < a->python_stack.size(); ++i) {
+      EXPECT_EQ(a->python_stack[i].function, b->python_stack[i].function);
+      EXPECT_EQ(a->python_stack[i].line, b->python_stack[i].line);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonStacks, ::testing::ValuesIn(interpreters()),
                          [](const ::testing::TestParamInfo<Interpreter>& info) { return info.param.name; });
 

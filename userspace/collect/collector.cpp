@@ -923,7 +923,8 @@ Result<Snapshot> Collector::run() {
   for (auto& p : snap_.processes) collect_maps(p);
   for (auto& p : snap_.processes) {
     if (!p.is_python || memory_blocked_.count(p.pid) || exited_.count(p.pid)) continue;
-    std::string failure = collect_python_stacks(p, proc_id(p.pid), proc_.pid_path(proc_id(p.pid)));
+    std::string failure =
+        collect_python_stacks(p, proc_id(p.pid), proc_.pid_path(proc_id(p.pid)), options_.python_symbols);
     if (!failure.empty()) limitation(fmt::format("Python stacks of {} not read: {}", p.pid, failure));
   }
   if (options_.use_bpf && options_.native_stacks) collect_native_stacks();

@@ -17,6 +17,9 @@ struct CollectOptions {
   bool probe_readiness = true;         // pidfd_getfd + poll(0) / FIONREAD on waited fds
   double min_progress_window_s = 0.2;  // at least this long between progress samples
   bool native_stacks = true;           // unwind blocked threads' user stacks (needs use_bpf)
+  // false: locate CPython's _PyRuntime by scanning its data, as if the
+  // interpreter had no symbols (tests exercise that path with it).
+  bool python_symbols = true;
   // Unwinding state and symbols kept across captures; null: the one shared
   // by this whole process (process_native_stack_cache()).
   NativeStackCache* native_cache = nullptr;

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <filesystem>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -227,8 +228,9 @@ bool plausible_pointer(uint64_t p) { return p >= 4096 && p < (uint64_t{1} << 47)
 struct ElfInfo {
   bool ok = false;
   std::string error;
-  uint64_t runtime = 0;  // st_value of _PyRuntime (unrelocated)
-  uint64_t version = 0;  // st_value of Py_Version, 0 if absent (< 3.11)
+  uint64_t runtime = 0;          // st_value of _PyRuntime (unrelocated)
+  uint64_t version = 0;          // st_value of Py_Version, 0 if absent (< 3.11)
+  uint64_t section_runtime = 0;  // the .PyRuntime section (3.12+: _PyRuntime alone), 0 if none
   bool is_dyn = false;
   struct Load {
     uint64_t vaddr, offset, filesz;
@@ -264,10 +266,19 @@ ElfInfo read_elf(const std::string& path) {
         info.loads.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
     }
   }
+  size_t shstrndx = 0;
+  bool have_names = elf_getshdrstrndx(elf, &shstrndx) == 0;
   Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr && (!info.runtime || !info.version)) {
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
     GElf_Shdr sh;
     if (!gelf_getshdr(scn, &sh)) continue;
+    // CPython 3.12+ puts _PyRuntime in a section of its own so that tools
+    // find it without symbols (a stripped or statically linked interpreter).
+    if (have_names && !info.section_runtime && sh.sh_type == SHT_PROGBITS) {
+      const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+      if (name && std::strcmp(name, ".PyRuntime") == 0) info.section_runtime = sh.sh_addr;
+    }
+    if (info.runtime && info.version) continue;
     if (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) continue;
     if (sh.sh_entsize == 0) continue;
     Elf_Data* data = elf_getdata(scn, nullptr);
@@ -284,8 +295,9 @@ ElfInfo read_elf(const std::string& path) {
   }
   elf_end(elf);
   close(fd);
-  info.ok = info.runtime != 0;
-  if (!info.ok) info.error = fmt::format("no _PyRuntime symbol in {}", path);
+  // Without the symbol or the section, find_runtime scans the module's data.
+  info.ok = !info.loads.empty();
+  if (!info.ok) info.error = fmt::format("no loadable segments in {}", path);
   return info;
 }
 
@@ -341,7 +353,72 @@ bool python_file(const std::string& path) {
   return base.rfind("libpython", 0) == 0 || base.rfind("python", 0) == 0;
 }
 
-Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir) {
+// Without symbols: _PyRuntime is in the module's writable data (.data, or
+// the .bss mapped anonymously right after it). 3.13+ starts it with the
+// _Py_DebugOffsets cookie "xdebugpy"; before, a candidate must hold an
+// interpreter list whose first interpreter's first thread state points back
+// at that interpreter (PyThreadState.interp, at 16 in 3.8-3.12). Bounded:
+// 16 MiB of data read, 20000 candidate pointers followed.
+Result<uint64_t> scan_for_runtime(int mem_pid, const std::vector<Mapping>& maps, const std::string& path,
+                                  int major, int minor, const std::set<int>& tids) {
+  std::vector<std::pair<uint64_t, uint64_t>> regions;
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const Mapping& m = maps[i];
+    if (m.path != path || m.perms.size() < 2 || m.perms[0] != 'r' || m.perms[1] != 'w') continue;
+    regions.emplace_back(m.start, m.end);
+    if (i + 1 < maps.size() && maps[i + 1].path.empty() && maps[i + 1].start == m.end)
+      regions.emplace_back(maps[i + 1].start, maps[i + 1].end);
+  }
+  if (regions.empty()) return make_error(fmt::format("no writable data of {} to scan", path));
+  std::optional<PyOffsets> o = offsets_for(major, minor);
+  bool cookie = major == 3 && minor >= 13;
+  if (!o && !cookie)
+    return make_error(fmt::format("CPython {}.{} has no known layout to scan for", major, minor));
+  constexpr uint64_t kMaxScanBytes = 16 << 20;
+  constexpr int kMaxFollowed = 20000;
+  uint64_t scanned = 0;
+  int followed = 0;
+  for (const auto& [start, end] : regions) {
+    uint64_t size = std::min(end - start, kMaxScanBytes - scanned);
+    if (size < 16) break;
+    scanned += size;
+    auto data = read_process_memory(mem_pid, start, size);
+    if (!data) continue;
+    const std::vector<uint8_t>& b = *data;
+    for (uint64_t off = 0; off + 16 <= b.size(); off += 8) {
+      if (cookie) {
+        if (std::memcmp(b.data() + off, "xdebugpy", 8) == 0) return start + off;
+        continue;
+      }
+      if (off + o->runtime_interpreters_head + 8 > b.size()) break;
+      uint64_t interp = load_u64(b, off + o->runtime_interpreters_head);
+      if (!plausible_pointer(interp) || interp == start + off) continue;
+      if (++followed > kMaxFollowed) return make_error("no _PyRuntime found within the scan's bounds");
+      auto threads = read_process_memory(mem_pid, interp + o->interp_threads_head, 8);
+      if (!threads) continue;
+      uint64_t tstate = load_u64(*threads, 0);
+      if (!plausible_pointer(tstate)) continue;
+      auto back = read_process_memory(mem_pid, tstate + 16, 8);
+      if (!back || load_u64(*back, 0) != interp) continue;
+      // Any word holding the interpreter's address passes so far (and 3.11+
+      // embed the interpreter and its first thread state in _PyRuntime,
+      // full of such words): interpreters.main follows interpreters.head
+      // and is the same interpreter in a process with one, and from 3.11 the
+      // thread state names a thread of this process.
+      if (off + o->runtime_interpreters_head + 16 > b.size() ||
+          load_u64(b, off + o->runtime_interpreters_head + 8) != interp)
+        continue;
+      if (o->tstate_native_thread_id) {
+        auto tid = read_process_memory(mem_pid, tstate + o->tstate_native_thread_id, 8);
+        if (!tid || !tids.count(static_cast<int>(load_u64(*tid, 0)))) continue;
+      }
+      return start + off;
+    }
+  }
+  return make_error(fmt::format("no _PyRuntime found in the data of {}", path));
+}
+
+Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir, bool use_symbols) {
   auto text = procfs::read_text_file(proc_dir + "/maps", nullptr, kMaxMapsBytes);
   if (!text) return make_error(fmt::format("no memory maps: {}", text.error()));
   auto maps = procfs::parse_maps(*text);
@@ -394,15 +471,8 @@ Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir) {
       bias = lowest->start - file_vaddr;
     }
     RuntimeLocation loc;
-    loc.runtime = elf.runtime + bias;
     loc.binary = first->path;
-    bool mapped = false;
-    for (const auto& m : *maps) mapped = mapped || (loc.runtime >= m.start && loc.runtime < m.end);
-    if (!mapped) {
-      last_error = fmt::format("_PyRuntime of {} at {:#x} is not mapped", first->path, loc.runtime);
-      continue;
-    }
-    if (elf.version) {
+    if (use_symbols && elf.version) {
       auto v = read_process_u32(mem_pid, elf.version + bias);
       if (!v) {
         last_error = fmt::format("cannot read Py_Version of {}", first->path);
@@ -416,6 +486,28 @@ Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir) {
       loc.minor = v->second;
     } else {
       last_error = fmt::format("the CPython version of {} is unknown", first->path);
+      continue;
+    }
+    if (use_symbols && elf.runtime) {
+      loc.runtime = elf.runtime + bias;
+    } else if (elf.section_runtime) {  // section headers survive `strip`
+      loc.runtime = elf.section_runtime + bias;
+    } else {
+      std::set<int> tids;
+      std::error_code ec;
+      for (const auto& t : std::filesystem::directory_iterator(proc_dir + "/task", ec))
+        tids.insert(std::atoi(t.path().filename().c_str()));
+      auto found = scan_for_runtime(mem_pid, *maps, first->path, loc.major, loc.minor, tids);
+      if (!found) {
+        last_error = fmt::format("no _PyRuntime symbol in {}, and {}", first->path, found.error());
+        continue;
+      }
+      loc.runtime = *found;
+    }
+    bool mapped = false;
+    for (const auto& m : *maps) mapped = mapped || (loc.runtime >= m.start && loc.runtime < m.end);
+    if (!mapped) {
+      last_error = fmt::format("_PyRuntime of {} at {:#x} is not mapped", first->path, loc.runtime);
       continue;
     }
     return loc;
@@ -827,7 +919,8 @@ std::vector<int> pthread_tids(int pid, const std::vector<uint64_t>& pthreads,
 
 }  // namespace
 
-std::string collect_python_stacks(ProcessInfo& p, int mem_pid, const std::string& proc_dir) {
+std::string collect_python_stacks(ProcessInfo& p, int mem_pid, const std::string& proc_dir,
+                                  bool use_symbols) {
   auto fail_all = [&](const std::string& reason) {
     for (auto& t : p.threads) {
       t.python_stack.clear();
@@ -836,7 +929,7 @@ std::string collect_python_stacks(ProcessInfo& p, int mem_pid, const std::string
     }
     return reason;
   };
-  auto loc = find_runtime(mem_pid, proc_dir);
+  auto loc = find_runtime(mem_pid, proc_dir, use_symbols);
   if (!loc) return fail_all(loc.error());
   std::optional<PyOffsets> offsets = offsets_for(loc->major, loc->minor);
   if (!offsets && loc->major == 3 && loc->minor >= 13) {

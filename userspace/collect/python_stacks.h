@@ -2,7 +2,10 @@
 // process_vm_readv: the target is never stopped, signalled or ptraced.
 //
 // _PyRuntime is found through the ELF symbol tables of the python binary or
-// libpython mapped in the process; from there the interpreter's thread states
+// libpython mapped in the process, else (a stripped or statically linked
+// interpreter) its .PyRuntime section (3.12+), else by scanning the module's
+// writable data for the _Py_DebugOffsets cookie (3.13+) or for a
+// self-consistent interpreter list (3.8-3.12); from there the interpreter's thread states
 // and their frame chains are walked with a per-version table of struct
 // offsets. The memory changes under us, so every read is checked, every walk
 // is bounded and a thread whose stack does not read back consistently gets
@@ -143,6 +146,11 @@ inline int linetable310_line(const uint8_t* table, size_t size, int first_line, 
 // `mem_pid` is the process (or a live thread of it) to read memory from and
 // `proc_dir` its /proc directory (ROOT/PID). Returns a one-line description
 // of a whole-process failure ("" when the stacks were read).
-std::string collect_python_stacks(ProcessInfo& p, int mem_pid, const std::string& proc_dir);
+// `use_symbols` false: find _PyRuntime without the ELF symbol tables or
+// the .PyRuntime section, by scanning the interpreter's data, as for a
+// stripped or statically linked interpreter (tests use it to exercise that
+// path on ordinary ones).
+std::string collect_python_stacks(ProcessInfo& p, int mem_pid, const std::string& proc_dir,
+                                  bool use_symbols = true);
 
 }  // namespace hangtrace
