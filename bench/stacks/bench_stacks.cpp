@@ -31,6 +31,14 @@ struct Round {
   double ms = 0;
   size_t threads = 0, frames = 0, symbolized = 0;
   std::string error;
+  void count(const ProcessInfo& p) {
+    for (const auto& t : p.threads) {
+      if (t.native_stack.empty()) continue;
+      ++threads;
+      frames += t.native_stack.size();
+      for (const auto& f : t.native_stack) symbolized += !f.function.empty();
+    }
+  }
 };
 
 Round stacks_round(const std::vector<int>& pids, NativeStackCache& cache) {
@@ -56,14 +64,7 @@ Round stacks_round(const std::vector<int>& pids, NativeStackCache& cache) {
     if (!failure.empty() && r.error.empty()) r.error = failure;
   }
   r.ms = now_ms() - t0;
-  for (const auto& [pid, p] : procs) {
-    for (const auto& t : p.threads) {
-      if (t.native_stack.empty()) continue;
-      ++r.threads;
-      r.frames += t.native_stack.size();
-      for (const auto& f : t.native_stack) r.symbolized += !f.function.empty();
-    }
-  }
+  for (const auto& [pid, p] : procs) r.count(p);
   return r;
 }
 
@@ -79,14 +80,7 @@ Round collect_round(int target, NativeStackCache& cache) {
     r.error = snap.error();
     return r;
   }
-  for (const auto& p : snap->processes) {
-    for (const auto& t : p.threads) {
-      if (t.native_stack.empty()) continue;
-      ++r.threads;
-      r.frames += t.native_stack.size();
-      for (const auto& f : t.native_stack) r.symbolized += !f.function.empty();
-    }
-  }
+  for (const auto& p : snap->processes) r.count(p);
   return r;
 }
 

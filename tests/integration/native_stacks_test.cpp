@@ -32,12 +32,6 @@ CollectOptions native_options(NativeStackCache* cache) {
   return o;
 }
 
-const ThreadInfo* thread_of(const ProcessInfo& p, int tid) {
-  for (const auto& t : p.threads)
-    if (t.tid == tid) return &t;
-  return nullptr;
-}
-
 std::string describe(const ThreadInfo& t) {
   std::string out = "tid " + std::to_string(t.tid) + " error '" + t.native_stack_error + "'\n";
   for (const auto& f : t.native_stack)
@@ -64,7 +58,7 @@ TEST(NativeStacks, UnwindsCodeWithoutFramePointers) {
   ASSERT_TRUE(snap.ok()) << snap.error();
   const ProcessInfo* p = snap->process(w.pid());
   ASSERT_TRUE(p);
-  const ThreadInfo* t = thread_of(*p, w.pid());
+  const ThreadInfo* t = p->thread(w.pid());
   ASSERT_TRUE(t);
   ASSERT_TRUE(t->kernel && t->kernel->has_user_regs);
   EXPECT_EQ(t->native_stack_error, "");
@@ -106,7 +100,7 @@ TEST(NativeStacks, UnwindsCodeWithoutFramePointers) {
   // gives the same stack.
   auto again = collect_snapshot(w.pid(), native_options(&cache));
   ASSERT_TRUE(again.ok()) << again.error();
-  const ThreadInfo* t2 = thread_of(*again->process(w.pid()), w.pid());
+  const ThreadInfo* t2 = again->process(w.pid())->thread(w.pid());
   ASSERT_TRUE(t2);
   ASSERT_EQ(t2->native_stack.size(), stack.size()) << describe(*t2);
   for (size_t i = 0; i < stack.size(); ++i) EXPECT_EQ(t2->native_stack[i].function, stack[i].function);
@@ -118,7 +112,7 @@ TEST(NativeStacks, UnwindsCodeWithoutFramePointers) {
   // The frames survive a save/load round trip.
   auto loaded = snapshot_from_json(snapshot_to_json(*snap));
   ASSERT_TRUE(loaded.ok()) << loaded.error();
-  const ThreadInfo* t3 = thread_of(*loaded->process(w.pid()), w.pid());
+  const ThreadInfo* t3 = loaded->process(w.pid())->thread(w.pid());
   ASSERT_TRUE(t3);
   ASSERT_EQ(t3->native_stack.size(), stack.size());
   EXPECT_EQ(t3->native_stack[inner].build_id, stack[inner].build_id);
@@ -138,7 +132,7 @@ TEST(NativeStacks, PythonInterpreterFrames) {
   ASSERT_TRUE(snap.ok()) << snap.error();
   const ProcessInfo* p = snap->process(w.pid());
   ASSERT_TRUE(p);
-  const ThreadInfo* t = thread_of(*p, w.pid());
+  const ThreadInfo* t = p->thread(w.pid());
   ASSERT_TRUE(t);
   EXPECT_EQ(t->native_stack_error, "");
   if (std::getenv("HANGTRACE_TEST_VERBOSE"))

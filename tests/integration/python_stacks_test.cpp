@@ -78,12 +78,6 @@ CollectOptions fast_options() {
   return o;
 }
 
-const ThreadInfo* thread_of(const ProcessInfo& p, int tid) {
-  for (const auto& t : p.threads)
-    if (t.tid == tid) return &t;
-  return nullptr;
-}
-
 std::string describe(const ThreadInfo& t) {
   std::string out =
       "tid " + std::to_string(t.tid) + (t.holds_gil ? " (GIL)" : "") + " " + t.python_stack_error + "\n";
@@ -128,7 +122,7 @@ TEST_P(PythonStacks, ThreadsBlockedAtKnownLines) {
   EXPECT_TRUE(p->is_python);
   EXPECT_LT(took, 5s);
 
-  const ThreadInfo* main = thread_of(*p, main_tid);
+  const ThreadInfo* main = p->thread(main_tid);
   ASSERT_TRUE(main);
   EXPECT_EQ(main->python_stack_error, "");
   ASSERT_GE(main->python_stack.size(), 3u) << describe(*main);
@@ -147,7 +141,7 @@ TEST_P(PythonStacks, ThreadsBlockedAtKnownLines) {
   // <module> is run from C (PyEval_EvalCode) on every version.
   EXPECT_TRUE(main->python_stack[2].python_entry) << describe(*main);
 
-  const ThreadInfo* worker = thread_of(*p, worker_tid);
+  const ThreadInfo* worker = p->thread(worker_tid);
   ASSERT_TRUE(worker);
   EXPECT_EQ(worker->python_stack_error, "");
   bool found = false;
@@ -169,8 +163,9 @@ TEST_P(PythonStacks, ThreadsBlockedAtKnownLines) {
   EXPECT_EQ(worker->python_stack.back().function, minor >= 11 ? "Thread._bootstrap" : "_bootstrap")
       << describe(*worker);
   EXPECT_TRUE(worker->python_stack.back().python_entry) << describe(*worker);
-  for (const auto& frame : worker->python_stack)
-    if (every_frame_entry) EXPECT_TRUE(frame.python_entry) << describe(*worker);
+  if (every_frame_entry) {
+    for (const auto& frame : worker->python_stack) EXPECT_TRUE(frame.python_entry) << describe(*worker);
+  }
 
   // Both threads sleep in a lock wait, which releases the GIL: nobody holds it.
   for (const auto& t : p->threads) EXPECT_FALSE(t.holds_gil) << describe(t);
@@ -204,7 +199,7 @@ TEST_P(PythonStacks, SpinningThreadHoldsTheGil) {
   ASSERT_TRUE(snap.ok()) << snap.error();
   const ProcessInfo* p = snap->process(w.pid());
   ASSERT_TRUE(p);
-  const ThreadInfo* spinner = thread_of(*p, spin_tid);
+  const ThreadInfo* spinner = p->thread(spin_tid);
   ASSERT_TRUE(spinner);
   EXPECT_TRUE(spinner->holds_gil) << describe(*spinner);
   ASSERT_FALSE(spinner->python_stack.empty()) << describe(*spinner);
@@ -234,8 +229,8 @@ TEST_P(PythonStacks, FoundWithoutSymbolsByScanningItsData) {
   ASSERT_TRUE(with.ok()) << with.error();
   ASSERT_TRUE(without.ok()) << without.error();
   for (int tid : {static_cast<int>(f["main_tid"]), static_cast<int>(f["worker_tid"])}) {
-    const ThreadInfo* a = thread_of(*with->process(w.pid()), tid);
-    const ThreadInfo* b = thread_of(*without->process(w.pid()), tid);
+    const ThreadInfo* a = with->process(w.pid())->thread(tid);
+    const ThreadInfo* b = without->process(w.pid())->thread(tid);
     ASSERT_TRUE(a && b);
     EXPECT_EQ(b->python_stack_error, "");
     ASSERT_GE(b->python_stack.size(), 3u) << describe(*b);

@@ -73,8 +73,13 @@ void LiveSession::refresh_code_maps(int only_tgid) {
     read_one(only_tgid);
     return;
   }
-  code_maps_ns_ = now_ns();
+  uint64_t start = now_ns();
   for (int tgid : traced_) read_one(tgid);
+  // A PyTorch process's maps take ~3 ms to read: with many workers the
+  // re-reads would cost a steady few % of a core. Spaced so that they take
+  // at most 1 % of one, and at least 500 ms apart.
+  code_maps_ns_ = now_ns();
+  code_maps_gap_ns_ = std::max<uint64_t>(500'000'000ull, (code_maps_ns_ - start) * 100);
 }
 
 void LiveSession::on_record(const void* data, size_t size) {
@@ -176,7 +181,7 @@ void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic
   while (!interrupted.load() && !stop()) {
     int n = tracer_->poll(100, sink);
     sample_shm();
-    if (now_ns() - code_maps_ns_ >= 500'000'000ull) refresh_code_maps();
+    if (now_ns() - code_maps_ns_ >= code_maps_gap_ns_) refresh_code_maps();
     // The ring buffer reads as ready as soon as it holds one record (the
     // kernel's wakeup threshold spares only a consumer already asleep), so
     // under a steady stream epoll returns at once with a handful of records

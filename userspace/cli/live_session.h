@@ -50,11 +50,13 @@ class LiveSession {
   // User stack addresses mean something only against their process's
   // mappings, and the process may be gone when the window closes: the
   // executable mappings of every traced process (and which tids are its) are
-  // re-read at most every 500 ms while tracing, and on fork and exec.
+  // re-read while tracing (every 500 ms, or rarer when that would take over
+  // 1 % of a core), and on fork and exec.
   void refresh_code_maps(int only_tgid = 0);
   std::map<int, std::vector<Mapping>> code_maps_;  // tgid -> executable mappings
   std::map<int, int> tgid_of_;                     // tid -> tgid
   uint64_t code_maps_ns_ = 0;
+  uint64_t code_maps_gap_ns_ = 500'000'000ull;
   struct ShmSample {
     uint64_t ts_ns, used, size;
   };

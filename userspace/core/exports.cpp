@@ -520,8 +520,7 @@ FoldedProfile build_folded(const Snapshot& snap, const Diagnosis* d, const LiveO
       if (!target)
         for (auto& e : it->second)
           if (e.current) target = &e;
-      if (!target) continue;
-      if (target->has_waker) continue;
+      if (!target || target->has_waker) continue;
       bool earlier = target->current && target->start_ns && ev.ts_ns < target->start_ns;
       add_waker(*target, ev, earlier);
     }

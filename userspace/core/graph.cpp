@@ -60,6 +60,12 @@ const char* activity_name(Activity a) {
   return "unknown";
 }
 
+const ThreadInfo* ProcessInfo::thread(int tid) const {
+  for (const auto& t : threads)
+    if (t.tid == tid) return &t;
+  return nullptr;
+}
+
 const ProcessInfo* Snapshot::process(int pid) const {
   for (const auto& p : processes)
     if (p.pid == pid) return &p;

@@ -38,46 +38,39 @@ std::string truncate(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
-// "dataset.py:88 Dataset.__getitem__ <- fetch.py:58 fetch <- ...": innermost
-// first, file names without their directory, at most `limit` frames.
-std::string python_stack_text(const std::vector<UserFrame>& stack, size_t limit) {
+// Frames innermost first, " <- " between them, at most `limit` of them.
+template <typename Text>
+std::string frames_text(const std::vector<UserFrame>& stack, size_t limit, Text text) {
   std::string out;
   for (size_t i = 0; i < stack.size() && i < limit; ++i) {
-    const UserFrame& f = stack[i];
     if (i) out += " <- ";
-    std::string file = f.file.substr(f.file.rfind('/') + 1);
-    out += f.line > 0 ? fmt::format("{}:{} {}", file, f.line, f.function)
-                      : fmt::format("{} {}", file, f.function);
+    out += text(stack[i]);
   }
   if (stack.size() > limit) out += fmt::format(" <- ... ({} more)", stack.size() - limit);
   return out;
+}
+
+// "dataset.py:88 Dataset.__getitem__ <- fetch.py:58 fetch <- ...": file names
+// without their directory.
+std::string python_stack_text(const std::vector<UserFrame>& stack, size_t limit) {
+  return frames_text(stack, limit, [](const UserFrame& f) {
+    std::string file = f.file.substr(f.file.rfind('/') + 1);
+    return f.line > 0 ? fmt::format("{}:{} {}", file, f.line, f.function)
+                      : fmt::format("{} {}", file, f.function);
+  });
 }
 
 // The native frames of a blocked thread that say how it got into its wait:
 // up to the first frame of the Python interpreter loop (beyond that the py:
 // line says it better), all of them in a process without Python.
 std::string native_stack_text(const std::vector<UserFrame>& stack, size_t limit) {
-  std::string out;
-  size_t shown = 0, total = 0;
-  for (const auto& f : stack) {
-    if (is_python_eval_frame(f.function)) break;
-    ++total;
-    if (shown == limit) continue;
-    if (shown++) out += " <- ";
-    out += user_frame_text(f);
-  }
-  if (total > shown) out += fmt::format(" <- ... ({} more)", total - shown);
-  return out;
+  auto eval = std::find_if(stack.begin(), stack.end(),
+                           [](const UserFrame& f) { return is_python_eval_frame(f.function); });
+  return frames_text(std::vector<UserFrame>(stack.begin(), eval), limit, user_frame_text);
 }
 
 std::string stack_text(const std::vector<UserFrame>& stack, size_t limit) {
-  std::string out;
-  for (size_t i = 0; i < stack.size() && i < limit; ++i) {
-    if (i) out += " <- ";
-    out += user_frame_text(stack[i]);
-  }
-  if (stack.size() > limit) out += fmt::format(" <- ... ({} more)", stack.size() - limit);
-  return out;
+  return frames_text(stack, limit, user_frame_text);
 }
 
 nlohmann::json user_frame_json(const UserFrame& f) {
