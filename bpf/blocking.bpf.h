@@ -7,12 +7,12 @@
  * and kind), the kernel stack where it first slept and the user stack of the
  * call.
  *
- * The fd is resolved to its object when the call first sleeps (or, for a
- * call reported without having slept, at exit), not at entry: most reads and
- * writes never block, and a pipe ping-pong must not pay seven probe reads per
- * call for them. While the call runs the fd table entry cannot change under
- * it (the call holds its file), and a close from another thread during it is
- * the one race this accepts.
+ * The fd is resolved to its object only for a call being reported, at its
+ * exit: most blocking calls are short and never reported, and a pipe
+ * ping-pong must not pay seven probe reads per call for them. The call holds
+ * its file while it runs and the fd is looked up by the same thread right
+ * after, so the table entry is the call's unless another thread closed and
+ * reused the fd number meanwhile -- the one race this accepts.
  */
 #ifndef HANGTRACE_BLOCKING_BPF_H
 #define HANGTRACE_BLOCKING_BPF_H
@@ -69,10 +69,10 @@ static __always_inline void blocking_resolve_fd(struct call_state* s, bool btf) 
   }
 }
 
-/* sys_enter of a blocking call (has_fd: its first argument is an fd). */
-static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool has_fd, bool btf) {
-  struct call_state* s = traced_call_state();
-  if (!s) return;
+/* Starts tracking a blocking call from its argument registers (at sys_enter,
+ * or at its first sleep; has_fd: its first argument is an fd). */
+static __always_inline void blocking_begin(struct call_state* s, struct pt_regs* regs, __s64 nr, bool has_fd,
+                                           bool btf) {
   s->kind = CALL_BLOCKING;
   s->nr = nr;
   s->args[0] = HT_SC_ARG1(regs, btf);
@@ -86,6 +86,12 @@ static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool 
   s->kstack_id = -ENOENT;
   s->ts_ns = 0;
   s->in_call = 1;
+}
+
+/* sys_enter of a blocking call (every call tracked from entry). */
+static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool has_fd, bool btf) {
+  struct call_state* s = traced_call_state();
+  if (s) blocking_begin(s, regs, nr, has_fd, btf);
 }
 
 /* A call that lasted long enough (its state already cleared by the caller). */

@@ -97,6 +97,12 @@ static __always_inline struct call_state* traced_call_state(void) {
 #define HT_SC_ARG3(r, btf) HT_REG(r, btf, dx)
 #define HT_SC_ARG4(r, btf) HT_REG(r, btf, r10)
 #define HT_SC_ARG5(r, btf) HT_REG(r, btf, r8)
+/* The saved registers are a syscall's, still running: entry pushes the
+ * number as orig_ax and -ENOSYS as ax, which holds until the call returns.
+ * An exception entry (a page fault that sleeps) saves its error code as
+ * orig_ax -- small numbers that are syscall numbers too (7 is poll) -- and
+ * the user's rax as ax. */
+#define HT_SC_RUNNING(r, btf) (HT_REG(r, btf, ax) == (__u64)-38 /* -ENOSYS */)
 #elif defined(bpf_target_arm64)
 #define HT_SC_NR(r, btf) ((__s64)HT_REG(r, btf, syscallno))
 #define HT_SC_ARG1(r, btf) HT_REG(r, btf, orig_x0)
@@ -104,6 +110,8 @@ static __always_inline struct call_state* traced_call_state(void) {
 #define HT_SC_ARG3(r, btf) HT_REG(r, btf, regs[2])
 #define HT_SC_ARG4(r, btf) HT_REG(r, btf, regs[3])
 #define HT_SC_ARG5(r, btf) HT_REG(r, btf, regs[4])
+/* Every exception entry but a syscall's saves NO_SYSCALL (-1) as syscallno. */
+#define HT_SC_RUNNING(r, btf) (HT_SC_NR(r, btf) >= 0)
 #else
 #error "call_state.bpf.h: syscall register layout unknown for this arch"
 #endif

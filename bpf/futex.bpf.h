@@ -61,15 +61,22 @@ static __always_inline __u64 futex_read_timeout(__u64 uptr) {
   return (__u64)ts.tv_sec * NSEC_PER_SEC + (__u64)ts.tv_nsec;
 }
 
-/* sys_enter of futex/futex_waitv/futex_wait: starts tracking a wait. Wakes
- * need nothing from entry: sys_exit reads the (unchanged) argument registers. */
-static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf) {
+/* Whether a futex/futex_waitv/futex_wait call with these registers waits
+ * (futex(2) ops that wake do not). */
+static __always_inline bool futex_call_waits(struct pt_regs* regs, __s64 nr, bool btf) {
+  return nr != NR_futex || futex_is_wait_cmd((__u32)HT_SC_ARG2(regs, btf) & FUTEX_CMD_MASK);
+}
+
+/* Starts tracking the wait of a futex/futex_waitv/futex_wait call from its
+ * argument registers (at sys_enter, or at its first sleep: the saved
+ * registers hold the arguments for the whole call). Wakes need nothing from
+ * here: sys_exit reads the (unchanged) argument registers. */
+static __always_inline void futex_begin(struct call_state* s, struct pt_regs* regs, __s64 nr, bool btf) {
   __u64 uaddr, timeout_uptr;
   __u32 op;
   if (nr == NR_futex) {
     /* futex(uaddr, op, val, timeout, uaddr2, val3) */
     op = (__u32)HT_SC_ARG2(regs, btf);
-    if (!futex_is_wait_cmd(op & FUTEX_CMD_MASK)) return;
     uaddr = HT_SC_ARG1(regs, btf);
     timeout_uptr = HT_SC_ARG4(regs, btf);
   } else if (nr == NR_futex_waitv) {
@@ -86,8 +93,6 @@ static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf
     op = HT_FUTEX_OP_WAIT2 | (__u32)HT_SC_ARG4(regs, btf);
     timeout_uptr = HT_SC_ARG5(regs, btf);
   }
-  struct call_state* s = traced_call_state();
-  if (!s) return;
   s->kind = CALL_FUTEX_WAIT;
   s->nr = nr;
   s->obj = uaddr;
@@ -98,6 +103,13 @@ static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf
   s->kstack_id = -ENOENT;
   s->ts_ns = 0;
   s->in_call = 1;
+}
+
+/* sys_enter of futex/futex_waitv/futex_wait (every call tracked from entry). */
+static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf) {
+  if (!futex_call_waits(regs, nr, btf)) return;
+  struct call_state* s = traced_call_state();
+  if (s) futex_begin(s, regs, nr, btf);
 }
 
 /* A wait that lasted long enough (its state already cleared by the caller). */

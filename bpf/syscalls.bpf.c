@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * The syscall dispatcher: one program on syscall entry, one on exit and one
- * on sched_switch run every syscall concern of the traced tasks --
+ * The syscall dispatcher: one program on syscall exit and one on sched_switch
+ * (and one on entry when every call is streamed) run every syscall concern of
+ * the traced tasks --
  *   futex       waits and (sampled) wakes          bpf/futex.bpf.h
  *   blocking    fd I/O, sockets, poll, wait4, ...  bpf/blocking.bpf.h
  *   shm calls   create/truncate/mmap/unlink/ENOSPC bpf/shm_calls.bpf.h
@@ -23,10 +24,15 @@
  * of the saved registers) where vmlinux BTF describes the tracepoint, raw_tp
  * (probe reads) elsewhere. No classic tp/ tracepoints: they need tracefs.
  *
- * The kernel stack of a wait is taken at the first voluntary context switch
- * inside the call, where it shows what the task sleeps in (at sys_enter it
- * would only show the syscall entry path); calls that never sleep pay for no
- * walk. The user stack is taken at sys_exit, only for calls reported.
+ * A wait starts at the first voluntary context switch inside the call:
+ * sched_switch reads the call (number, arguments) from the task's saved
+ * registers, takes the clock and the kernel stack, where it shows what the
+ * task sleeps in; sys_exit reports it when it lasted min_block_ns. So the hot
+ * path of a call that never sleeps -- most reads and writes -- is one switch
+ * on its number at exit, and no entry program is attached at all (an entry
+ * hook costs every syscall of the machine). Only with min_block_ns 0, where
+ * calls that never slept are streamed too, does sys_enter start calls. The
+ * user stack is taken at sys_exit, only for calls reported.
  */
 #include "vmlinux.h"
 
@@ -39,6 +45,11 @@
 #include "futex.bpf.h"
 #include "live_maps.bpf.h"
 #include "shm_calls.bpf.h"
+
+/* Calls are tracked from sys_enter (every call, even one that never sleeps,
+ * is streamed: min_block_ns 0; sys_enter is loaded only then) or from their
+ * first sleep (sched_switch reads the call from the saved registers). */
+const volatile bool calls_from_entry = false;
 
 /* What a syscall is to the dispatcher (bit set). */
 #define C_FUTEX 1       /* futex, futex_waitv, futex_wait */
@@ -157,16 +168,46 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
   return 0;
 }
 
-/* The first time a tracked call sleeps: where (kernel stack), and on what
- * (the fd's object). current is the task switching out. Preemptions are
- * skipped: they do not wait. */
-static __always_inline int on_sched_switch(void* ctx, bool preempt, bool btf) {
+/* A thread switching out voluntarily while no call of its is tracked: when
+ * it sleeps in a call of a traced concern (and is traced), starts tracking
+ * that call from its saved registers and returns its state. This is where
+ * calls start unless calls_from_entry: a call that never sleeps then costs
+ * nothing on entry. The registers come from bpf_task_pt_regs, a BTF pointer
+ * in both twins. */
+static __always_inline struct call_state* begin_call_at_sleep(struct call_state* s) {
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(bpf_get_current_task_btf());
+  if (!regs || !HT_SC_RUNNING(regs, true)) return NULL;
+  __s64 nr = HT_SC_NR(regs, true);
+  __u32 c = classify(nr);
+  if (c & C_FUTEX) {
+    if (!trace_futex || !futex_call_waits(regs, nr, true)) return NULL;
+  } else if (!(c & (C_FD | C_NOFD)) || !trace_blocking) {
+    return NULL;
+  }
+  if (!s) s = traced_call_state();
+  if (!s) return NULL;
+  if (c & C_FUTEX)
+    futex_begin(s, regs, nr, true);
+  else
+    blocking_begin(s, regs, nr, c & C_FD, true);
+  return s;
+}
+
+/* The first time a tracked call sleeps: when, and where (kernel stack).
+ * current is the task switching out. Preemptions are skipped: they do not
+ * wait. */
+static __always_inline int on_sched_switch(void* ctx, bool preempt) {
   if (preempt) return 0;
   struct call_state* s = call_state_of_current();
-  if (!s || !s->in_call || s->slept) return 0;
+  if (!s || !s->in_call) {
+    if (calls_from_entry) return 0;
+    s = begin_call_at_sleep(s);
+    if (!s) return 0;
+  } else if (s->slept) {
+    return 0;
+  }
   s->slept = 1;
   s->ts_ns = bpf_ktime_get_ns();
-  if (!s->resolved) blocking_resolve_fd(s, btf);
   take_kernel_stack(ctx, s, s->ts_ns);
   return 0;
 }
@@ -184,9 +225,9 @@ SEC("raw_tp/sys_exit")
 int BPF_PROG(sys_exit_raw, struct pt_regs* regs, long ret) { return on_sys_exit(ctx, regs, ret, false); }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch_btf, bool preempt) { return on_sched_switch(ctx, preempt, true); }
+int BPF_PROG(sched_switch_btf, bool preempt) { return on_sched_switch(ctx, preempt); }
 
 SEC("raw_tp/sched_switch")
-int BPF_PROG(sched_switch_raw, bool preempt) { return on_sched_switch(ctx, preempt, false); }
+int BPF_PROG(sched_switch_raw, bool preempt) { return on_sched_switch(ctx, preempt); }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

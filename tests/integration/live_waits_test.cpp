@@ -87,16 +87,26 @@ void print_hooks(const LiveTracer& t) {
 }
 
 // Fails the test unless every hook of our concerns that must run did, in the
-// twin this run asked for (`suffix`: "_btf" or "_raw").
-void expect_wait_hooks_active(const LiveTracer& t, const std::string& suffix) {
+// twin this run asked for (`suffix`: "_btf" or "_raw"). sys_enter runs only
+// when every call is streamed (min_block_ns 0); otherwise calls start at
+// their first sleep and it is listed as not needed.
+void expect_wait_hooks_active(const LiveTracer& t, const std::string& suffix, uint64_t min_block_ns) {
   std::set<std::string> active;
+  std::map<std::string, std::string> reasons;
   for (const auto& h : t.hooks()) {
     if (h.program == "*") ADD_FAILURE() << h.concern << " failed: " << h.reason;
     if (h.active) active.insert(h.concern + "/" + h.program);
+    reasons[h.concern + "/" + h.program] = h.reason;
   }
-  for (const char* p :
-       {"syscalls/sys_enter", "syscalls/sys_exit", "syscalls/sched_switch", "sched/sched_waking"}) {
+  for (const char* p : {"syscalls/sys_exit", "syscalls/sched_switch", "sched/sched_waking"}) {
     EXPECT_TRUE(active.count(p + suffix)) << p << suffix << " not active";
+  }
+  const std::string enter = "syscalls/sys_enter" + suffix;
+  if (min_block_ns == 0) {
+    EXPECT_TRUE(active.count(enter)) << enter << " not active";
+  } else {
+    EXPECT_FALSE(active.count(enter)) << enter << " active, though calls start at their first sleep";
+    EXPECT_EQ(reasons[enter].rfind("not needed", 0), 0u) << reasons[enter];
   }
 }
 
@@ -146,7 +156,7 @@ void run_futex_pingpong(LiveOptions opt, const std::string& twin, PingPongRun& r
   ASSERT_TRUE(started.ok()) << started.error();
   run.tracer = std::move(*started);
   print_hooks(*run.tracer);
-  expect_wait_hooks_active(*run.tracer, twin);
+  expect_wait_hooks_active(*run.tracer, twin, opt.min_block_ns);
 
   auto t0 = std::chrono::steady_clock::now();
   gate.open();
@@ -357,7 +367,7 @@ TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   auto started = LiveTracer::start(opt);
   ASSERT_TRUE(started.ok()) << started.error();
   LiveTracer& t = **started;
-  expect_wait_hooks_active(t, twin());
+  expect_wait_hooks_active(t, twin(), opt.min_block_ns);
 
   gate.open();
   ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
@@ -418,6 +428,62 @@ TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   for (const auto& e : pr) slept += e.kstack_id >= 0;
   std::cout << "parent reads with a kernel stack: " << slept << "\n";
   EXPECT_GE(slept, pr.size() / 2);
+  EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
+}
+
+// With a threshold (here 1 ns: every call that slept at all), no entry hook
+// runs: a call starts at its first sleep, read from the thread's saved
+// registers, and its fd is resolved at exit. The reads of the ping-pong
+// sleep (about half of them: with two CPUs the byte is often there already);
+// the writes never wait for room.
+TEST_P(LiveWaits, CallsStartAtTheirFirstSleepWithoutAnEntryHook) {
+  HANGTRACE_REQUIRE_BPF();
+  Gate gate;
+  Workload w({repro_path("repro_live_pipe_pingpong"), gate.arg(), std::to_string(kRounds)});
+  gate.close_read_end();
+  auto ready = parse_fields(w.wait_for_line("READY"));
+  ASSERT_EQ(ready.size(), 6u);
+  int parent = static_cast<int>(ready["parent"]), child = static_cast<int>(ready["child"]);
+  int c2p_r = static_cast<int>(ready["c2p_r"]);
+
+  LiveOptions opt = wait_options({parent, child}, 1);
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  LiveTracer& t = **started;
+  expect_wait_hooks_active(t, twin(), opt.min_block_ns);
+
+  gate.open();
+  ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
+  Collected got;
+  auto parent_reads = [&] {
+    std::vector<ht_syscall_event> out;
+    for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, parent))
+      if (e.nr == kNrRead && e.fd == c2p_r) out.push_back(e);
+    return out;
+  };
+  poll_until(t, got, [&] { return parent_reads().size() >= kRounds / 4; });
+  drain(t, got);
+  auto reads = parent_reads();
+  std::cout << got.summary() << "\nparent reads that slept: " << reads.size() << " of " << kRounds << "\n";
+  EXPECT_GE(reads.size(), static_cast<size_t>(kRounds / 4));
+  EXPECT_LE(reads.size(), static_cast<size_t>(kRounds));
+  for (const auto& e : reads) {
+    EXPECT_EQ(e.obj_kind, 1u);  // pipe, resolved at exit
+    EXPECT_EQ(e.obj_inode, reads[0].obj_inode);
+    EXPECT_NE(e.obj_inode, 0u);
+    EXPECT_EQ(e.args[2], 1u);  // the arguments, read from the saved registers at the first sleep
+    EXPECT_EQ(e.ret, 1);
+    EXPECT_GT(e.duration_ns, 0u);
+    EXPECT_GE(e.kstack_id, 0);
+  }
+  // Every call reported slept, and a call that slept is one of the
+  // dispatcher's: nothing but reads and writes of the two pipes.
+  for (int tgid : {parent, child}) {
+    for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, tgid)) {
+      EXPECT_TRUE(e.nr == kNrRead || e.nr == kNrWrite) << "nr " << e.nr;
+      EXPECT_GT(e.duration_ns, 0u);
+    }
+  }
   EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
 }
 

@@ -1,5 +1,6 @@
 // The "syscalls" concern (bpf/syscalls.bpf.c): the syscall dispatcher. One
-// program on sys_enter, one on sys_exit and one on sched_switch run the
+// program on sys_exit and one on sched_switch (and one on sys_enter when
+// every call is streamed) run the
 // futex concern (waits and sampled wakes), the blocking-calls concern (fd I/O,
 // sockets, poll/select/epoll, accept/connect, wait4/waitid, sleeps lasting at
 // least LiveOptions::min_block_ns, with the fd's object) and the syscall part
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace hangtrace {
@@ -41,13 +43,25 @@ namespace {
 class SyscallsModule : public TracerModule {
  public:
   ~SyscallsModule() override {
-    hooks_.detach();
+    if (hooks_) hooks_->detach();
     syscalls_bpf__destroy(skel_);
   }
   const char* name() const override { return "syscalls"; }
 
   Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
-    return hooks_.load(
+    // Calls start at their first sleep (sched_switch), unless every call is
+    // streamed: one that never sleeps must then be seen on entry.
+    const bool from_entry = options.min_block_ns == 0;
+    hooks_.emplace(
+        "syscalls",
+        std::vector<TwinSpec>{
+            {"sys_enter", "sys_enter", true,
+             from_entry ? "" : "not needed: calls are tracked from their first sleep (sched_switch)"},
+            {"sys_exit", "sys_exit", true},
+            // Without it and with entry tracking, waits are reported
+            // without kernel stacks.
+            {"sched_switch", "sched_switch", !from_entry}});
+    return hooks_->load(
         [&]() -> Result<bpf_object*> {
           skel_ = syscalls_bpf__open();
           if (!skel_) return make_error(std::string("open: ") + std::strerror(errno));
@@ -55,6 +69,7 @@ class SyscallsModule : public TracerModule {
           if (!shared) return make_error(shared.error());
           skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
           skel_->rodata->min_block_ns = options.min_block_ns;
+          skel_->rodata->calls_from_entry = from_entry;
           skel_->rodata->wake_emit_ns = options.futex_wake_sample_ns;
           skel_->rodata->page_shift = page_shift();
           return skel_->obj;
@@ -66,18 +81,14 @@ class SyscallsModule : public TracerModule {
         });
   }
 
-  Result<bool> attach() override { return hooks_.attach(); }
-  std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
+  Result<bool> attach() override { return hooks_->attach(); }
+  std::vector<HookStatus> hooks() const override {
+    return hooks_ ? hooks_->hooks() : std::vector<HookStatus>{};
+  }
 
  private:
   syscalls_bpf* skel_ = nullptr;
-  // Entry and exit carry every record; sched_switch adds where a call first
-  // slept (kernel stack) and resolves its fd then -- without it, waits are
-  // reported without kernel stacks and fds resolved at exit.
-  TwinHooks hooks_{"syscalls",
-                   {{"sys_enter", "sys_enter", true},
-                    {"sys_exit", "sys_exit", true},
-                    {"sched_switch", "sched_switch", false}}};
+  std::optional<TwinHooks> hooks_;
 };
 
 }  // namespace

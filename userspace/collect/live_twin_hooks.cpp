@@ -81,7 +81,7 @@ Result<bool> TwinHooks::load(const std::function<Result<bpf_object*>()>& open,
     bpf_object* obj = *opened;
     for (Hook& h : hooks_spec_) {
       h.use_btf = t.btf && h.btf_available;
-      h.loaded = h.spec.required || t.optional;
+      h.loaded = h.spec.unwanted_because.empty() && (h.spec.required || t.optional);
       bpf_program* pb = find_program(obj, h.spec.base + "_btf");
       bpf_program* pr = find_program(obj, h.spec.base + "_raw");
       if (!pb || !pr) {
@@ -97,7 +97,10 @@ Result<bool> TwinHooks::load(const std::function<Result<bpf_object*>()>& open,
       obj_ = obj;
       for (Hook& h : hooks_spec_) {
         if (h.btf_available && !h.use_btf) h.why_not_btf = "tp_btf rejected at load: " + first_error;
-        if (!h.loaded) h.why_not_loaded = "rejected at load: " + first_error;
+        if (!h.spec.unwanted_because.empty())
+          h.why_not_loaded = h.spec.unwanted_because;
+        else if (!h.loaded)
+          h.why_not_loaded = "rejected at load: " + first_error;
       }
       return true;
     }

@@ -24,6 +24,9 @@ struct TwinSpec {
   std::string base;  // programs <base>_btf and <base>_raw
   std::string tp;    // tracepoint name, e.g. "sys_exit"
   bool required;     // the concern is useless without it
+  // Not loaded at all in this configuration, listed inactive with this
+  // reason (e.g. "not needed: ..."); empty: wanted.
+  std::string unwanted_because = {};
 };
 
 class TwinHooks {
