@@ -85,12 +85,12 @@ static __always_inline void blocking_begin(struct call_state* s, struct pt_regs*
   s->slept = 0;
   s->kstack_id = -ENOENT;
   s->ts_ns = 0;
-  s->in_call = 1;
+  call_mark_begun(s);
 }
 
 /* sys_enter of a blocking call (every call tracked from entry). */
 static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool has_fd, bool btf) {
-  struct call_state* s = traced_call_state();
+  struct call_state* s = traced_call_state(bpf_get_current_task_btf());
   if (s) blocking_begin(s, regs, nr, has_fd, btf);
 }
 

@@ -25,11 +25,11 @@
 #define CALL_BLOCKING 2
 
 struct call_state {
-  /* When the call in progress first slept (0 until it does). The clock is
-   * read there and at exit, not at entry: a call that never sleeps did not
-   * block and, unless every call is streamed (min_block_ns 0), reads no
-   * clock at all; the on-CPU prefix before the first sleep (microseconds)
-   * is not part of a wait anyway. */
+  /* When the call in progress first slept (call_clock_leaving_cpu; 0 until
+   * it does). A wait is timed from there to when the thread last got back
+   * on a CPU before the call returned: the on-CPU prefix and tail
+   * (microseconds) are no wait, and a call that never sleeps is never
+   * timed. */
   __u64 ts_ns;
   __s64 nr;
   __u64 args[3];    /* blocking: the first three arguments as passed */
@@ -51,7 +51,7 @@ struct call_state {
   __s32 kwalk_id;
   __u64 kwalk_ns, kwalk_nr, kwalk_obj;
   __s32 uwalk_id;
-  __u32 pad2;
+  __u32 tid; /* the thread's, set when the record is created */
   __u64 uwalk_ns, uwalk_nr, uwalk_obj;
   /* futex wake records are sampled: one per word per thread per interval. */
   __u64 wake_uaddr, wake_emit_ns;
@@ -69,17 +69,61 @@ struct {
   __type(value, struct call_state);
 } call_tasks SEC(".maps");
 
-static __always_inline struct call_state* call_state_of_current(void) {
-  return bpf_task_storage_get(&call_tasks, bpf_get_current_task_btf(), 0, 0);
+static __always_inline struct call_state* call_state_of(struct task_struct* t) {
+  return bpf_task_storage_get(&call_tasks, t, 0, 0);
 }
 
-/* The current thread's state, created when its process is traced; NULL for
+/* t's state (t: current), created when its process is traced; NULL for
  * threads outside the traced set. */
-static __always_inline struct call_state* traced_call_state(void) {
-  struct call_state* s = call_state_of_current();
+static __always_inline struct call_state* traced_call_state(struct task_struct* t) {
+  struct call_state* s = call_state_of(t);
   if (s) return s;
-  if (!ht_current_traced()) return NULL;
-  return bpf_task_storage_get(&call_tasks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (!ht_traced_tgid(t->tgid)) return NULL;
+  s = bpf_task_storage_get(&call_tasks, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (s) s->tid = t->pid;
+  return s;
+}
+
+/*
+ * How many tracked calls are in progress, per bucket of thread ids (tid mod
+ * the map size): a sys_exit of a thread whose bucket is 0 has no call to
+ * finish and skips the task-storage lookup -- an array lookup the verifier
+ * inlines instead of two helper calls, on every read/write/futex/poll exit
+ * of the machine. A bucket another thread's call shares only costs that
+ * lookup back; the counts are exact (atomic), so a call is never missed. A
+ * thread that dies inside a call (no sys_exit) leaves its bucket one high,
+ * which again only costs lookups.
+ */
+#define CALL_BUCKETS 65536
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, CALL_BUCKETS);
+  __type(key, __u32);
+  __type(value, __u32);
+} calls_in_progress SEC(".maps");
+
+static __always_inline bool call_maybe_in_progress(__u32 tid) {
+  __u32 bucket = tid & (CALL_BUCKETS - 1);
+  __u32* n = bpf_map_lookup_elem(&calls_in_progress, &bucket);
+  return !n || *n != 0;
+}
+
+static __always_inline void call_mark_begun(struct call_state* s) {
+  if (!s->in_call) {
+    __u32 bucket = s->tid & (CALL_BUCKETS - 1);
+    __u32* n = bpf_map_lookup_elem(&calls_in_progress, &bucket);
+    if (n) __sync_fetch_and_add(n, 1);
+  }
+  s->in_call = 1;
+}
+
+static __always_inline void call_mark_ended(struct call_state* s) {
+  if (s->in_call) {
+    __u32 bucket = s->tid & (CALL_BUCKETS - 1);
+    __u32* n = bpf_map_lookup_elem(&calls_in_progress, &bucket);
+    if (n) __sync_fetch_and_add(n, (__u32)-1); /* no fetch_sub before -mcpu=v3 */
+  }
+  s->in_call = 0;
 }
 
 /*
@@ -115,6 +159,33 @@ static __always_inline struct call_state* traced_call_state(void) {
 #else
 #error "call_state.bpf.h: syscall register layout unknown for this arch"
 #endif
+
+/*
+ * The dispatcher's clock: the scheduler's own (rq_clock, ns), read from the
+ * task with plain loads instead of a bpf_ktime_get_ns() call per sleep and
+ * per exit -- on a kernel with return-thunk mitigations (AMD "Safe RET") that
+ * helper's chain of calls was a third of the sched_switch program. Durations
+ * only: records are stamped with bpf_ktime_get_ns() when they are sent.
+ * Without CONFIG_SCHED_INFO both ends fall back to bpf_ktime_get_ns().
+ *
+ * When a task leaves the CPU: the rq clock when it last got on (last_arrival)
+ * plus the CPU time since (prev_sum_exec_runtime is snapshotted when the task
+ * is picked, sum_exec_runtime was brought up to date by the dequeue that
+ * precedes sched_switch). Exact for fair-class tasks, which a training job's
+ * are; an RT task's prev_sum is not snapshotted and reads late.
+ */
+static __always_inline __u64 call_clock_leaving_cpu(struct task_struct* t) {
+  if (!bpf_core_field_exists(t->sched_info.last_arrival)) return bpf_ktime_get_ns();
+  __u64 sum = t->se.sum_exec_runtime, prev = t->se.prev_sum_exec_runtime;
+  return t->sched_info.last_arrival + (sum > prev ? sum - prev : 0);
+}
+
+/* When a task that slept last got back on a CPU: the end of its wait (the
+ * microseconds on CPU since, until the call returns, are no wait). */
+static __always_inline __u64 call_clock_back_on_cpu(struct task_struct* t) {
+  if (!bpf_core_field_exists(t->sched_info.last_arrival)) return bpf_ktime_get_ns();
+  return t->sched_info.last_arrival;
+}
 
 /* Settings (set from LiveOptions before load). */
 const volatile __u64 min_block_ns = 5000000;        /* calls shorter than this are not streamed */

@@ -102,13 +102,13 @@ static __always_inline void futex_begin(struct call_state* s, struct pt_regs* re
   s->resolved = 1;
   s->kstack_id = -ENOENT;
   s->ts_ns = 0;
-  s->in_call = 1;
+  call_mark_begun(s);
 }
 
 /* sys_enter of futex/futex_waitv/futex_wait (every call tracked from entry). */
 static __always_inline void futex_enter(struct pt_regs* regs, __s64 nr, bool btf) {
   if (!futex_call_waits(regs, nr, btf)) return;
-  struct call_state* s = traced_call_state();
+  struct call_state* s = traced_call_state(bpf_get_current_task_btf());
   if (s) futex_begin(s, regs, nr, btf);
 }
 
@@ -128,7 +128,7 @@ static __always_inline void futex_emit_wait(void* ctx, struct call_state* s, lon
 }
 
 /* sys_exit of futex(2) with no wait tracked: a wake that woke someone. */
-static __always_inline void futex_exit_wake(struct pt_regs* regs, long ret, bool btf) {
+static __always_inline void futex_exit_wake(struct task_struct* t, struct pt_regs* regs, long ret, bool btf) {
   __u32 op = (__u32)HT_SC_ARG2(regs, btf);
   __u32 cmd = op & FUTEX_CMD_MASK;
   if (!futex_is_wake_cmd(cmd)) return;
@@ -140,7 +140,7 @@ static __always_inline void futex_exit_wake(struct pt_regs* regs, long ret, bool
   } else if (ret < 1) {
     return;
   }
-  struct call_state* s = traced_call_state();
+  struct call_state* s = traced_call_state(bpf_get_current_task_btf());
   if (!s) return;
   __u64 uaddr = HT_SC_ARG1(regs, btf);
   __u64 now = bpf_ktime_get_ns();

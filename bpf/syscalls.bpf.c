@@ -132,15 +132,21 @@ static __always_inline int on_sys_enter(struct pt_regs* regs, __s64 nr, bool btf
   return 0;
 }
 
-/* The call being tracked ends: report it when it blocked long enough. A call
- * that never slept blocked for 0 ns; it is reported only when every call is
- * (min_block_ns 0), and only then pays for a clock read. */
-static __always_inline void finish_call(void* ctx, struct call_state* s, long ret, bool btf) {
-  s->in_call = 0;
+/* The call being tracked ends (t: current): report it when it blocked long
+ * enough. A call that never slept blocked for 0 ns; it is reported only when
+ * every call is (min_block_ns 0). Only a call reported reads the wall clock,
+ * for its record's timestamp. */
+static __always_inline void finish_call(void* ctx, struct task_struct* t, struct call_state* s, long ret,
+                                        bool btf) {
+  call_mark_ended(s);
   if (!s->slept && min_block_ns) return;
-  __u64 now = bpf_ktime_get_ns();
-  __u64 duration = s->slept ? now - s->ts_ns : 0;
+  __u64 duration = 0;
+  if (s->slept) {
+    __u64 back = call_clock_back_on_cpu(t);
+    duration = back > s->ts_ns ? back - s->ts_ns : 0;
+  }
   if (duration < min_block_ns) return;
+  __u64 now = bpf_ktime_get_ns();
   if (s->kind == CALL_FUTEX_WAIT)
     futex_emit_wait(ctx, s, ret, duration, now);
   else
@@ -152,15 +158,16 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
   __u32 c = classify(nr);
   if (!c) return 0;
   if (c & (C_FUTEX | C_FD | C_NOFD)) {
-    struct call_state* s = call_state_of_current();
+    struct task_struct* t = bpf_get_current_task_btf();
+    struct call_state* s = call_maybe_in_progress(t->pid) ? call_state_of(t) : NULL;
     if (s && s->in_call) {
       /* A stale entry (a call whose exit was missed) is dropped, not reported. */
       if (s->nr == nr)
-        finish_call(ctx, s, ret, btf);
+        finish_call(ctx, t, s, ret, btf);
       else
-        s->in_call = 0;
+        call_mark_ended(s);
     } else if ((c & C_FUTEX) && trace_futex && nr == NR_futex) {
-      futex_exit_wake(regs, ret, btf);
+      futex_exit_wake(t, regs, ret, btf);
     }
   }
   if (trace_shm_calls && ((c & C_SHM) || ((c & C_SHM_ENOSPC) && ret == -ENOSPC)))
@@ -168,46 +175,42 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
   return 0;
 }
 
-/* A thread switching out voluntarily while no call of its is tracked: when
- * it sleeps in a call of a traced concern (and is traced), starts tracking
- * that call from its saved registers and returns its state. This is where
- * calls start unless calls_from_entry: a call that never sleeps then costs
- * nothing on entry. The registers come from bpf_task_pt_regs, a BTF pointer
- * in both twins. */
-static __always_inline struct call_state* begin_call_at_sleep(struct call_state* s) {
-  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(bpf_get_current_task_btf());
-  if (!regs || !HT_SC_RUNNING(regs, true)) return NULL;
+/*
+ * A voluntary switch (t: the task switching out, current): the first sleep
+ * of a call a concern tracks -- when it started (its clock), and where (the
+ * kernel stack). Unless calls_from_entry, this is also where the call starts
+ * being tracked: read from the saved registers (bpf_task_pt_regs, a BTF
+ * pointer in both twins), so a call that never sleeps costs nothing on
+ * entry. The registers are looked at first: a switch outside such a call
+ * (most of the machine's) skips the task-storage lookup. Preemptions are
+ * skipped: they do not wait.
+ */
+static __always_inline int on_sched_switch(void* ctx, bool preempt, struct task_struct* t) {
+  if (preempt) return 0;
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
+  if (!regs || !HT_SC_RUNNING(regs, true)) return 0;
   __s64 nr = HT_SC_NR(regs, true);
   __u32 c = classify(nr);
-  if (c & C_FUTEX) {
-    if (!trace_futex || !futex_call_waits(regs, nr, true)) return NULL;
-  } else if (!(c & (C_FD | C_NOFD)) || !trace_blocking) {
-    return NULL;
-  }
-  if (!s) s = traced_call_state();
-  if (!s) return NULL;
-  if (c & C_FUTEX)
-    futex_begin(s, regs, nr, true);
-  else
-    blocking_begin(s, regs, nr, c & C_FD, true);
-  return s;
-}
-
-/* The first time a tracked call sleeps: when, and where (kernel stack).
- * current is the task switching out. Preemptions are skipped: they do not
- * wait. */
-static __always_inline int on_sched_switch(void* ctx, bool preempt) {
-  if (preempt) return 0;
-  struct call_state* s = call_state_of_current();
-  if (!s || !s->in_call) {
+  if (!(c & (C_FUTEX | C_FD | C_NOFD))) return 0;
+  struct call_state* s = call_state_of(t);
+  if (s && s->in_call) {
+    if (s->slept) return 0;
+  } else {
     if (calls_from_entry) return 0;
-    s = begin_call_at_sleep(s);
+    if (c & C_FUTEX) {
+      if (!trace_futex || !futex_call_waits(regs, nr, true)) return 0;
+    } else if (!trace_blocking) {
+      return 0;
+    }
+    if (!s) s = traced_call_state(t);
     if (!s) return 0;
-  } else if (s->slept) {
-    return 0;
+    if (c & C_FUTEX)
+      futex_begin(s, regs, nr, true);
+    else
+      blocking_begin(s, regs, nr, c & C_FD, true);
   }
   s->slept = 1;
-  s->ts_ns = bpf_ktime_get_ns();
+  s->ts_ns = call_clock_leaving_cpu(t);
   take_kernel_stack(ctx, s, s->ts_ns);
   return 0;
 }
@@ -224,10 +227,15 @@ int BPF_PROG(sys_exit_btf, struct pt_regs* regs, long ret) { return on_sys_exit(
 SEC("raw_tp/sys_exit")
 int BPF_PROG(sys_exit_raw, struct pt_regs* regs, long ret) { return on_sys_exit(ctx, regs, ret, false); }
 
+/* The typed prev is current, without a helper call; the raw twin asks. */
 SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch_btf, bool preempt) { return on_sched_switch(ctx, preempt); }
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct* prev) {
+  return on_sched_switch(ctx, preempt, prev);
+}
 
 SEC("raw_tp/sched_switch")
-int BPF_PROG(sched_switch_raw, bool preempt) { return on_sched_switch(ctx, preempt); }
+int BPF_PROG(sched_switch_raw, bool preempt) {
+  return on_sched_switch(ctx, preempt, bpf_get_current_task_btf());
+}
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -30,24 +32,45 @@ namespace {
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
-// The `wakeups` map fds of the sched modules loaded in this process.
+// The sched modules loaded in this process: their `wakeups` map, and the
+// iterator that adds the wake batches still pending in task storage to it.
+struct WakeupSource {
+  int map_fd = -1;
+  bpf_link* flush = nullptr;
+  bool operator==(const WakeupSource&) const = default;
+};
 std::mutex g_registry_mutex;
-std::vector<int> g_wakeup_maps;
+std::vector<WakeupSource> g_sources;
 
-void register_map(int fd) {
+void register_source(WakeupSource s) {
   std::lock_guard lock(g_registry_mutex);
-  g_wakeup_maps.push_back(fd);
+  g_sources.push_back(s);
 }
 
-void unregister_map(int fd) {
+void unregister_source(WakeupSource s) {
   std::lock_guard lock(g_registry_mutex);
-  std::erase(g_wakeup_maps, fd);
+  std::erase(g_sources, s);
+}
+
+// Runs the flush iterator to its end: it writes nothing, it only adds.
+Result<bool> flush_wake_batches(bpf_link* link) {
+  int fd = bpf_iter_create(bpf_link__fd(link));
+  if (fd < 0) return make_error("failed to flush wake batches: " + errno_text(errno));
+  char buf[64];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) {
+  }
+  int err = n < 0 ? errno : 0;
+  close(fd);
+  if (err) return make_error("failed to flush wake batches: " + errno_text(err));
+  return true;
 }
 
 class SchedModule : public TracerModule {
  public:
   ~SchedModule() override {
-    if (map_fd_ >= 0) unregister_map(map_fd_);
+    unregister_source(source_);
+    bpf_link__destroy(source_.flush);
     hooks_.detach();
     sched_bpf__destroy(skel_);
   }
@@ -69,18 +92,26 @@ class SchedModule : public TracerModule {
           skel_ = nullptr;
         });
     if (!loaded) return loaded;
-    map_fd_ = bpf_map__fd(skel_->maps.wakeups);
-    register_map(map_fd_);
     return true;
   }
 
-  Result<bool> attach() override { return hooks_.attach(); }
+  Result<bool> attach() override {
+    auto attached = hooks_.attach();
+    if (!attached) return attached;
+    bpf_link* flush = bpf_program__attach_iter(skel_->progs.flush_wake_batches, nullptr);
+    if (!flush) return make_error("failed to attach flush_wake_batches: " + errno_text(errno));
+    source_ = {bpf_map__fd(skel_->maps.wakeups), flush};
+    register_source(source_);
+    return true;
+  }
   std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
 
  private:
   sched_bpf* skel_ = nullptr;
-  int map_fd_ = -1;
-  TwinHooks hooks_{"sched", {{"sched_waking", "sched_waking", true}}};
+  WakeupSource source_;
+  // sched_process_exit adds an exiting thread's wake batch to `wakeups`.
+  TwinHooks hooks_{
+      "sched", {{"sched_waking", "sched_waking", true}, {"sched_process_exit", "sched_process_exit", true}}};
 };
 
 }  // namespace
@@ -90,7 +121,10 @@ std::unique_ptr<TracerModule> make_sched_module() { return std::make_unique<Sche
 Result<std::vector<WakeupCount>> read_wakeup_counts() {
   std::lock_guard lock(g_registry_mutex);
   std::vector<WakeupCount> out;
-  for (int fd : g_wakeup_maps) {
+  for (const WakeupSource& source : g_sources) {
+    auto flushed = flush_wake_batches(source.flush);
+    if (!flushed) return make_error(flushed.error());
+    const int fd = source.map_fd;
     // Batched lookups would save syscalls, but an LRU map of at most 16k
     // pairs read once per report does not need them.
     ht_wakeup_key key{}, next{};

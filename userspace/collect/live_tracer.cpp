@@ -103,7 +103,12 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
   m.counters =
       create_map(BPF_MAP_TYPE_PERCPU_ARRAY, "counters", sizeof(uint32_t), sizeof(uint64_t), HT_CNT_MAX);
   if (m.counters < 0) return live_error("creating the counters", m.counters);
-  m.stacks = create_map(BPF_MAP_TYPE_STACK_TRACE, "stacks", sizeof(uint32_t), 127 * sizeof(uint64_t), 4096);
+  // A stack whose hash bucket another stack took first is lost for the whole
+  // run (bpf_get_stackid -EEXIST; replacing it would relabel the records
+  // that hold the old id). User stacks hash at random (ASLR), so with n
+  // distinct stacks about n / buckets of them are lost: 16384 buckets keep
+  // that under 1 % for a few hundred, for ~17 MiB of kernel memory.
+  m.stacks = create_map(BPF_MAP_TYPE_STACK_TRACE, "stacks", sizeof(uint32_t), 127 * sizeof(uint64_t), 16384);
   if (m.stacks < 0) return live_error("creating the stack map", m.stacks);
 
   // Filled before anything attaches, so no event of the target is missed
