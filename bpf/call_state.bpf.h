@@ -53,7 +53,8 @@ struct call_state {
   __s32 uwalk_id;
   __u32 tid; /* the thread's, set when the record is created */
   __u64 uwalk_ns, uwalk_nr, uwalk_obj;
-  /* futex wake records are sampled: one per word per thread per interval. */
+  /* futex wake records are sampled: one per word per thread per interval
+   * (wake_emit_ns: call_clock_leaving_cpu() of the last one sent). */
   __u64 wake_uaddr, wake_emit_ns;
 };
 

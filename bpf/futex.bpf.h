@@ -143,10 +143,13 @@ static __always_inline void futex_exit_wake(struct task_struct* t, struct pt_reg
   struct call_state* s = traced_call_state(bpf_get_current_task_btf());
   if (!s) return;
   __u64 uaddr = HT_SC_ARG1(regs, btf);
-  __u64 now = bpf_ktime_get_ns();
-  if (s->wake_uaddr == uaddr && now - s->wake_emit_ns < wake_emit_ns) return;
+  /* The sampling window runs on the thread's scheduler clock (plain loads,
+   * at most a tick behind); only a record sent reads the wall clock. */
+  __u64 clock = call_clock_leaving_cpu(t);
+  if (s->wake_uaddr == uaddr && clock - s->wake_emit_ns < wake_emit_ns) return;
   s->wake_uaddr = uaddr;
-  s->wake_emit_ns = now;
+  s->wake_emit_ns = clock;
+  __u64 now = bpf_ktime_get_ns();
 
   struct ht_futex_event* e = ht_reserve_at(HT_EV_FUTEX_WAKE, sizeof(*e), now);
   if (!e) return;

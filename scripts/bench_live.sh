@@ -127,8 +127,8 @@ TRACER_PIN = ([shutil.which("taskset"), "-c", "0" if PIN_CPU == 1 else "0-%d" % 
 # strace runs fewer of them (syscall-bound: every call stops twice in strace),
 # extra arguments
 WORKLOADS = [
-    ("futex ping-pong", "futex_pingpong", 20000, True, []),
-    ("pipe ping-pong", "pipe_pingpong", 20000, True, []),
+    ("futex ping-pong", "futex_pingpong", 40000, True, []),
+    ("pipe ping-pong", "pipe_pingpong", 40000, True, []),
     ("shm prod-cons", "shm_prodcons", 300, False, []),
     ("tmpfs faults", "tmpfs_faults", 20, False, []),
     # One live record per call under hangtrace*: the transport's rate.

@@ -233,7 +233,8 @@ struct ht_wakeup_event {
 };
 
 /* The sched concern's in-kernel `wakeups` map (bpf/sched.bpf.c): how often
- * waker woke a traced wakee (sched_waking). */
+ * waker woke a traced wakee (sched_waking). Wakeups are added in batches per
+ * wakee; read_wakeup_counts() flushes the open ones first. */
 struct ht_wakeup_key {
   __u32 waker_tgid;
   __u32 waker_tid;
@@ -242,7 +243,7 @@ struct ht_wakeup_key {
 
 struct ht_wakeup_count {
   __u64 count;
-  __u64 last_ts_ns;   /* bpf_ktime_get_ns() of the latest wakeup */
+  __u64 last_ts_ns;   /* bpf_ktime_get_ns() of the latest wakeup (to within a tick: added in batches) */
   __u64 last_emit_ns; /* the latest HT_EV_WAKEUP sent for this pair (rate limit) */
   __u32 wakee_tgid;
   __u32 pad;
