@@ -122,7 +122,7 @@ static __always_inline void call_mark_ended(struct call_state* s) {
   if (s->in_call) {
     __u32 bucket = s->tid & (CALL_BUCKETS - 1);
     __u32* n = bpf_map_lookup_elem(&calls_in_progress, &bucket);
-    if (n) __sync_fetch_and_add(n, (__u32)-1); /* no fetch_sub before -mcpu=v3 */
+    if (n) __sync_fetch_and_add(n, (__u32)-1);
   }
   s->in_call = 0;
 }

@@ -49,8 +49,9 @@ struct {
  * when userspace reads the counts (the flush_wake_batches iterator), so the
  * counts it reads are exact. Every wakeup of a task runs under its pi_lock,
  * so the batch has one writer at a time; the flushes from exit and the
- * iterator, which may run beside a wakeup, move the count with atomics on
- * both sides and lose nothing either.
+ * iterator, which may run beside a wakeup (and its flush), take the pending
+ * count with an atomic exchange against the wakeups' atomic increments:
+ * nothing is lost or added twice.
  * The raw_tp twin has no typed wakee for task storage and counts every
  * wakeup in `wakeups` directly.
  */
@@ -88,9 +89,10 @@ static __always_inline __u64 waker_clock(struct task_struct* waker) {
 
 /* Adds a batch's pending wakeups of `wakee_tid` to `wakeups`. */
 static __always_inline void flush_batch(struct wake_batch* b, __u32 wakee_tgid, __u32 wakee_tid) {
-  __u64 n = b->pending;
+  /* Taken whole with an exchange: an exit or iterator flush can run beside
+   * a wakeup's, and each must add a disjoint part. */
+  __u64 n = __sync_lock_test_and_set(&b->pending, 0);
   if (!n) return;
-  __sync_fetch_and_add(&b->pending, -n);
   /* The latest wakeup, in bpf_ktime_get_ns() terms. */
   __u64 last_ns = b->since_ns + (b->last_clock - b->since_clock);
   struct ht_wakeup_key key = {};

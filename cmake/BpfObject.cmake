@@ -46,7 +46,9 @@ function(hangtrace_bpf_object src out_skel)
   file(GLOB bpf_headers ${PROJECT_SOURCE_DIR}/bpf/*.bpf.h)
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG_EXE} -g -O2 -target bpf -D__TARGET_ARCH_${HANGTRACE_BPF_ARCH}
+    # -mcpu=v3: atomic exchange (the wake batches' flush) needs it; the
+    # kernels these programs load on (bpf_task_pt_regs: 5.15+) all have it.
+    COMMAND ${BPF_CLANG_EXE} -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_${HANGTRACE_BPF_ARCH}
             -I${HANGTRACE_BPF_OUT_DIR} -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/bpf
             -Wall -Werror -c ${src} -o ${obj}
     DEPENDS ${src} ${HANGTRACE_VMLINUX_H} ${bpf_headers} ${PROJECT_SOURCE_DIR}/include/hangtrace/abi.h

@@ -18,6 +18,12 @@ from scenario_support import (PYTHON, ScenarioTestCase, parse_marker, proc_state
 SHM_SIZE = 64 * 1024 * 1024
 SIGBUS = 7
 HANG_AFTER_S = 5
+# PyTorch, not hangtrace, decides how a worker meets the full tmpfs: almost
+# always SIGBUS while touching a fresh segment's pages, but in a few runs in a
+# hundred the worker's allocation fails outright and it raises ("Caught
+# RuntimeError in DataLoader worker process N"): nobody dies, and the run has
+# nothing for this test to check. Such a run is started again, this often.
+ATTEMPTS = 3
 
 
 def dead_workers(error):
@@ -41,13 +47,19 @@ def small_shm(*argv):
 @unittest.skipUnless(shutil.which("unshare"), "needs unshare(1)")
 class LiveShmSigbus(ScenarioTestCase):
     def test_worker_sigbus_is_traced_to_the_full_dev_shm(self):
-        job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py"), "--exit"))
-        error = job.wait_for_line("LOADER-ERROR", timeout=180)
-        marker = parse_marker(job.wait_for_line("READY", timeout=60))
-        main, workers = marker["main"][0], marker["workers"]
-        job.workload.also_kill += [main] + workers
-        named = dead_workers(error)
-        self.assertTrue(named, "precondition: no dead worker named: %s" % error)
+        errors = []
+        for _ in range(ATTEMPTS):
+            job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py"), "--exit"))
+            error = job.wait_for_line("LOADER-ERROR", timeout=180)
+            marker = parse_marker(job.wait_for_line("READY", timeout=60))
+            main, workers = marker["main"][0], marker["workers"]
+            job.workload.also_kill += [main] + workers
+            named = dead_workers(error)
+            if named:
+                break
+            errors.append(error)
+            job.kill()
+        self.assertTrue(named, "precondition: no dead worker named in %d runs: %s" % (ATTEMPTS, errors))
         self.assertTrue(set(named) <= set(workers), (named, marker))
         self.assertIn("bus error", job.workload.stderr_tail().lower(),
                       "precondition: torch's worker SIGBUS handler said nothing")
@@ -81,21 +93,27 @@ class LiveShmSigbus(ScenarioTestCase):
         # main process may stall before PyTorch even notices the dead worker
         # (its status check runs every 5 s), so the report can come before
         # the job's LOADER-ERROR line: read the job's lines afterwards.
-        job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py")),
-                          "--hang-after", HANG_AFTER_S)
-        report = self.launched_report(job, timeout=HANG_AFTER_S + 180)
-        main = report.json.get("target_pid")
-        self.assertIsInstance(main, int, report.dump())
-        job.workload.also_kill.append(main)
+        errors = []
+        for _ in range(ATTEMPTS):
+            job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py")),
+                              "--hang-after", HANG_AFTER_S)
+            report = self.launched_report(job, timeout=HANG_AFTER_S + 180)
+            main = report.json.get("target_pid")
+            self.assertIsInstance(main, int, report.dump())
+            job.workload.also_kill.append(main)
+            error = job.wait_for_line("LOADER-ERROR", timeout=60)
+            marker = parse_marker(job.wait_for_line("READY", timeout=60))
+            job.workload.also_kill += marker["workers"]
+            named = dead_workers(error)
+            if named:
+                break
+            errors.append(error)
+            job.kill()
+        self.assertTrue(named, "precondition: no dead worker named in %d runs: %s" % (ATTEMPTS, errors))
         self.assertEqual(report.returncode, 2, report.dump())
-        error = job.wait_for_line("LOADER-ERROR", timeout=60)
-        marker = parse_marker(job.wait_for_line("READY", timeout=60))
         self.assertEqual(marker["main"][0], main, marker)   # unshare and sh exec'd python
-        job.workload.also_kill += marker["workers"]
         self.assertTrue(proc_state(main) not in (None, "Z", "X"),
                         "hangtrace must leave the job running\n" + report.dump())
-        named = dead_workers(error)
-        self.assertTrue(named, "precondition: no dead worker named: %s" % error)
         for victim in named:
             killed = [f for f in report.of_kind("process-killed")
                       if (f.get("details") or {}).get("pid") == victim]
