@@ -200,7 +200,7 @@ static __always_inline void take_kernel_stack(void* ctx, struct call_state* s, _
     s->kstack_id = s->kwalk_id;
     return;
   }
-  s->kstack_id = bpf_get_stackid(ctx, &stacks, 0);
+  s->kstack_id = ht_stackid(ctx, 0);
   s->kwalk_id = s->kstack_id;
   s->kwalk_ns = now;
   s->kwalk_nr = s->nr;
@@ -213,7 +213,7 @@ static __always_inline __s32 take_user_stack(void* ctx, struct call_state* s, __
   if (s->uwalk_id >= 0 && s->uwalk_nr == s->nr && s->uwalk_obj == s->obj &&
       now - s->uwalk_ns < ustack_interval_ns)
     return s->uwalk_id;
-  s->uwalk_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+  s->uwalk_id = ht_stackid(ctx, BPF_F_USER_STACK);
   s->uwalk_ns = now;
   s->uwalk_nr = s->nr;
   s->uwalk_obj = s->obj;

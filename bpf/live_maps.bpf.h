@@ -49,6 +49,14 @@ static __always_inline void ht_count(__u32 idx) {
   if (v) (*v)++;
 }
 
+/* bpf_get_stackid into `stacks`; a stack whose bucket another stack holds
+ * (-EEXIST) is lost for the whole run, and counted so the report says so. */
+static __always_inline __s32 ht_stackid(void* ctx, __u64 flags) {
+  __s32 id = bpf_get_stackid(ctx, &stacks, flags);
+  if (id == -17 /* EEXIST */) ht_count(HT_CNT_STACKS_LOST);
+  return id;
+}
+
 static __always_inline bool ht_traced_tgid(__u32 tgid) {
   return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }

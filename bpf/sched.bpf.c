@@ -154,8 +154,8 @@ static __always_inline void count_wakeup(void* ctx, struct task_struct* p, struc
   /* Walked only for the sampled records (~1 us each): the folded export puts
    * the waker's stacks after the wakee's, offwaketime-style. No user stack
    * for the idle task, the usual waker from interrupt context. */
-  e->waker_kstack_id = bpf_get_stackid(ctx, &stacks, 0);
-  e->waker_ustack_id = key->waker_tgid ? bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : -ENOENT;
+  e->waker_kstack_id = ht_stackid(ctx, 0);
+  e->waker_ustack_id = key->waker_tgid ? ht_stackid(ctx, BPF_F_USER_STACK) : -ENOENT;
   ht_submit(e);
 }
 

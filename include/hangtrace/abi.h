@@ -97,6 +97,8 @@ enum ht_counter {
   HT_CNT_EVENTS = 0,       /* records submitted */
   HT_CNT_DROPPED = 1,      /* bpf_ringbuf_reserve failed: ring buffer full */
   HT_CNT_TRACED_ADDED = 2, /* tgids added to traced_tgids by fork following */
+  HT_CNT_STACKS_LOST = 3,  /* bpf_get_stackid found the stack's bucket taken by another stack (-EEXIST):
+                              that record carries no id for it */
   HT_CNT_MAX = 8,
 };
 

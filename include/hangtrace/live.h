@@ -119,6 +119,7 @@ struct LiveObservation {
   double duration_s = 0;
   uint64_t start_ns = 0, end_ns = 0;
   uint64_t events = 0, dropped = 0, undecodable = 0;
+  uint64_t stacks_lost = 0;  // stack walks whose bucket another stack held (counted in kernel)
   std::vector<LiveHook> hooks;
   std::vector<ProcessDeath> deaths;
   std::map<int, RssSeries> rss;                        // by pid

@@ -333,6 +333,44 @@ TEST_P(LiveWaits, WakeCountsIncludeTheOpenBatchesOfLiveThreads) {
   EXPECT_EQ(wakeups_counted(run.b_tid, run.a_tid), b_woke_a);
 }
 
+// A stack whose bucket in the kernel's stack map another stack holds is
+// lost (-EEXIST) and counted: with a one-bucket map, every stack after the
+// first distinct one is.
+TEST_P(LiveWaits, StacksLostToBucketCollisionsAreCounted) {
+  HANGTRACE_REQUIRE_BPF();
+  LiveOptions opt = wait_options({}, 0);
+  opt.stack_map_entries = 1;
+  PingPongRun run;
+  ASSERT_NO_FATAL_FAILURE(run_futex_pingpong(opt, twin(), run));
+  LiveTracer& t = *run.tracer;
+  Collected got;
+  poll_until(t, got,
+             [&] { return got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, run.pid).size() >= kRounds; });
+  drain(t, got);
+  // Every stack field of every record: the walks the kernel made for them.
+  std::set<int32_t> ids;
+  size_t without = 0;
+  auto tally = [&](int32_t id) {
+    if (id >= 0) ids.insert(id);
+    if (id == -EEXIST) ++without;
+  };
+  for (const auto& e : got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT)) tally(e.kstack_id), tally(e.ustack_id);
+  for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK))
+    tally(e.kstack_id), tally(e.ustack_id);
+  for (const auto& e : got.of_type<ht_wakeup_event>(HT_EV_WAKEUP))
+    tally(e.waker_kstack_id), tally(e.waker_ustack_id);
+  uint64_t lost = t.counter(HT_CNT_STACKS_LOST);
+  std::cout << got.summary() << "\nstack ids in use " << ids.size() << ", record stacks lost " << without
+            << ", counted " << lost << "\n";
+  EXPECT_LE(ids.size(), 1u);                         // one bucket
+  EXPECT_GE(without, static_cast<size_t>(kRounds));  // A's waits alone: kernel and user stacks differ
+  // Each lost walk is in one record (a failed walk is never reused), or in a
+  // call still in progress: the main thread's read of the gate slept, and
+  // its kernel stack was walked then.
+  EXPECT_GE(lost, without);
+  EXPECT_LE(lost, without + 2);
+}
+
 // By default wakes are sampled in kernel (one record per thread and word per
 // 10 ms): a ping-pong's waits all arrive, its wakes do not flood the ring.
 TEST_P(LiveWaits, FutexWakesAreSampledByDefault) {

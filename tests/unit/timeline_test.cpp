@@ -199,8 +199,7 @@ TEST(ProgressStopped, WaitThatBeganBeforeAttachCountsAndUnrelatedLiveActivityDoe
   // 102 (not stuck) woke throughout it. Progress stopped 30 s ago, not 1 s ago.
   Fixture f = main_waits_for_stuck_child(30.0, 90.0);
   LiveObservation live = window(10.3, 0.3);
-  live.blocked[102] = {
-      interval(kSampledAtMono - 3 * kSecond, kSampledAtMono - 1 * kSecond, "nanosleep")};
+  live.blocked[102] = {interval(kSampledAtMono - 3 * kSecond, kSampledAtMono - 1 * kSecond, "nanosleep")};
   live.last_waker[102] = wakeup(100, 102, kSampledAtMono - 1 * kSecond, 0, 0, "swapper/0");
   Diagnosis d = diagnose(f.s, {}, &live);
   ASSERT_TRUE(d.progress_stopped);
@@ -264,6 +263,20 @@ TEST(ProgressStopped, LiveOnlyUsesTheLastWakeupOfTheStuckThreads) {
             "wait began then or later)");
   std::string text = render_text(f.s, d, {}, &live);
   EXPECT_NE(text.find("basis: its last wakeup seen while tracing"), std::string::npos) << text;
+}
+
+// Stack walks the kernel's stack map lost (bucket collisions) are said in the
+// LIVE line and counted in the JSON; none, nothing is said.
+TEST(LiveReport, StacksLostToTheStackMapAreReported) {
+  Fixture f = main_waits_for_stuck_child(std::nullopt, std::nullopt);
+  LiveObservation live = window(20.2, 0.2);
+  Diagnosis d = diagnose(f.s, {}, &live);
+  EXPECT_EQ(render_text(f.s, d, {}, &live).find("stack-map collisions"), std::string::npos);
+  EXPECT_EQ(live_json(&live)["stacks_lost"], 0u);
+  live.stacks_lost = 3;
+  std::string text = render_text(f.s, d, {}, &live);
+  EXPECT_NE(text.find("3 stack walks lost to stack-map collisions"), std::string::npos) << text;
+  EXPECT_EQ(live_json(&live)["stacks_lost"], 3u);
 }
 
 TEST(ProgressStopped, OldSnapshotWithoutClockPairFallsBackToTakenAt) {

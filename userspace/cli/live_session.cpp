@@ -203,6 +203,7 @@ LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
   LiveObservation o = aggregator_.finish(start_ns_, now_ns(), tracer_->counter(HT_CNT_EVENTS),
                                          tracer_->counter(HT_CNT_DROPPED));
   o.undecodable = undecodable_;
+  o.stacks_lost = tracer_->counter(HT_CNT_STACKS_LOST);
   for (const auto& h : tracer_->hooks())
     o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
   resolve_stacks(o, symbolize_user);

@@ -107,8 +107,10 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
   // run (bpf_get_stackid -EEXIST; replacing it would relabel the records
   // that hold the old id). User stacks hash at random (ASLR), so with n
   // distinct stacks about n / buckets of them are lost: 16384 buckets keep
-  // that under 1 % for a few hundred, for ~17 MiB of kernel memory.
-  m.stacks = create_map(BPF_MAP_TYPE_STACK_TRACE, "stacks", sizeof(uint32_t), 127 * sizeof(uint64_t), 16384);
+  // that under 1 % for a few hundred, for ~17 MiB of kernel memory. The
+  // ones lost are counted (HT_CNT_STACKS_LOST) and reported.
+  m.stacks = create_map(BPF_MAP_TYPE_STACK_TRACE, "stacks", sizeof(uint32_t), 127 * sizeof(uint64_t),
+                        std::max<uint32_t>(1, options.stack_map_entries));
   if (m.stacks < 0) return live_error("creating the stack map", m.stacks);
 
   // Filled before anything attaches, so no event of the target is missed

@@ -20,6 +20,7 @@ struct LiveOptions {
   std::vector<int> tgids;               // initial traced set
   uint64_t min_block_ns = 5'000'000;    // blocking syscalls/futex waits shorter than this are not streamed
   uint64_t ringbuf_bytes = 8u << 20;    // power of two
+  uint32_t stack_map_entries = 16384;   // buckets of the shared stack map (see live_tracer.cpp)
   uint64_t wakeup_bytes = 64u << 10;    // ring buffer wakes userspace past this much data
   uint64_t rss_step_bytes = 64u << 20;  // an RSS event each time RSS moves this much
   // Futex wakes are streamed at most once per thread and futex word this

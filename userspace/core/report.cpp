@@ -388,9 +388,13 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
     line();
     size_t active = 0;
     for (const auto& h : live->hooks) active += h.active;
-    line(fmt::format("LIVE: {:.1f} s traced, {} events, {} dropped, {} of {} hooks active{}",
+    line(fmt::format("LIVE: {:.1f} s traced, {} events, {} dropped, {} of {} hooks active{}{}",
                      live->duration_s, live->events, live->dropped, active, live->hooks.size(),
-                     live->dropped ? " (ring buffer overflowed: raise --ringbuf-mb)" : ""));
+                     live->dropped ? " (ring buffer overflowed: raise --ringbuf-mb)" : "",
+                     live->stacks_lost ? fmt::format(", {} stack walks lost to stack-map collisions (their "
+                                                     "records show no stack)",
+                                                     live->stacks_lost)
+                                       : ""));
     for (const auto& dth : live->deaths) {
       if (dth.signal == 0 && !dth.oom_victim)
         line(fmt::format("  exit: {} ({}) status {}", dth.pid, dth.comm, (dth.exit_code >> 8) & 0xff));
@@ -444,6 +448,7 @@ nlohmann::json live_json(const LiveObservation* live) {
           {"events", live->events},
           {"dropped", live->dropped},
           {"undecodable", live->undecodable},
+          {"stacks_lost", live->stacks_lost},
           {"hooks", hooks},
           {"exits", deaths},
           {"rss", rss},
