@@ -187,6 +187,41 @@ uint64_t wakeups_counted(int waker_tid, int wakee_tid) {
   return 0;
 }
 
+// The pipe ping-pong of kRounds between two processes under a tracer started
+// with min_block_ns once both are ready; returns when the rounds are done
+// (both processes stay alive as long as `run` lives).
+struct PipePingPongRun {
+  int parent = 0, child = 0;
+  int p2c_r = 0, p2c_w = 0, c2p_r = 0, c2p_w = 0;  // the pipes' fds, as numbered in each process
+  std::unique_ptr<LiveTracer> tracer;
+  std::unique_ptr<Gate> gate;
+  std::unique_ptr<Workload> workload;
+};
+
+void run_pipe_pingpong(uint64_t min_block_ns, const std::string& twin, PipePingPongRun& run) {
+  run.gate = std::make_unique<Gate>();
+  run.workload = std::make_unique<Workload>(std::vector<std::string>{
+      repro_path("repro_live_pipe_pingpong"), run.gate->arg(), std::to_string(kRounds)});
+  run.gate->close_read_end();
+  auto ready = parse_fields(run.workload->wait_for_line("READY"));
+  ASSERT_EQ(ready.size(), 6u);
+  run.parent = static_cast<int>(ready["parent"]);
+  run.child = static_cast<int>(ready["child"]);
+  run.p2c_r = static_cast<int>(ready["p2c_r"]);
+  run.p2c_w = static_cast<int>(ready["p2c_w"]);
+  run.c2p_r = static_cast<int>(ready["c2p_r"]);
+  run.c2p_w = static_cast<int>(ready["c2p_w"]);
+
+  LiveOptions opt = wait_options({run.parent, run.child}, min_block_ns);
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  run.tracer = std::move(*started);
+  expect_wait_hooks_active(*run.tracer, twin, min_block_ns);
+
+  run.gate->open();
+  ASSERT_FALSE(run.workload->wait_for_line("DONE", 30s).empty());
+}
+
 TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
   HANGTRACE_REQUIRE_BPF();
   LiveOptions opt = wait_options({}, 0);  // stream every wait
@@ -448,21 +483,10 @@ TEST_P(LiveWaits, FutexWaitvAndFutexWaitAreWaits) {
 
 TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   HANGTRACE_REQUIRE_BPF();
-  Gate gate;
-  Workload w({repro_path("repro_live_pipe_pingpong"), gate.arg(), std::to_string(kRounds)});
-  gate.close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  ASSERT_EQ(ready.size(), 6u);
-  int parent = static_cast<int>(ready["parent"]), child = static_cast<int>(ready["child"]);
-
-  LiveOptions opt = wait_options({parent, child}, 0);
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-  expect_wait_hooks_active(t, twin(), opt.min_block_ns);
-
-  gate.open();
-  ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
+  PipePingPongRun run;
+  ASSERT_NO_FATAL_FAILURE(run_pipe_pingpong(0, twin(), run));
+  LiveTracer& t = *run.tracer;
+  const int parent = run.parent, child = run.child;
 
   Collected got;
   auto calls = [&](int tgid, long nr, int fd) {
@@ -472,8 +496,7 @@ TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
     }
     return out;
   };
-  int p2c_r = static_cast<int>(ready["p2c_r"]), p2c_w = static_cast<int>(ready["p2c_w"]);
-  int c2p_r = static_cast<int>(ready["c2p_r"]), c2p_w = static_cast<int>(ready["c2p_w"]);
+  const int p2c_r = run.p2c_r, p2c_w = run.p2c_w, c2p_r = run.c2p_r, c2p_w = run.c2p_w;
   // The child's first read began before the tracer attached: kRounds - 1.
   poll_until(t, got, [&] {
     return calls(parent, kNrWrite, p2c_w).size() >= kRounds &&
@@ -530,22 +553,10 @@ TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
 // the writes never wait for room.
 TEST_P(LiveWaits, CallsStartAtTheirFirstSleepWithoutAnEntryHook) {
   HANGTRACE_REQUIRE_BPF();
-  Gate gate;
-  Workload w({repro_path("repro_live_pipe_pingpong"), gate.arg(), std::to_string(kRounds)});
-  gate.close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  ASSERT_EQ(ready.size(), 6u);
-  int parent = static_cast<int>(ready["parent"]), child = static_cast<int>(ready["child"]);
-  int c2p_r = static_cast<int>(ready["c2p_r"]);
-
-  LiveOptions opt = wait_options({parent, child}, 1);
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-  expect_wait_hooks_active(t, twin(), opt.min_block_ns);
-
-  gate.open();
-  ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
+  PipePingPongRun run;
+  ASSERT_NO_FATAL_FAILURE(run_pipe_pingpong(1, twin(), run));
+  LiveTracer& t = *run.tracer;
+  const int parent = run.parent, child = run.child, c2p_r = run.c2p_r;
   Collected got;
   auto parent_reads = [&] {
     std::vector<ht_syscall_event> out;

@@ -46,20 +46,29 @@ def small_shm(*argv):
 @requires_bpf_and_torch
 @unittest.skipUnless(shutil.which("unshare"), "needs unshare(1)")
 class LiveShmSigbus(ScenarioTestCase):
-    def test_worker_sigbus_is_traced_to_the_full_dev_shm(self):
+    def until_a_worker_dies(self, run):
+        """run() -> (job, LOADER-ERROR line, READY marker, report), at most
+        ATTEMPTS times, until the error names a dead worker; returns those and
+        the workers named."""
         errors = []
         for _ in range(ATTEMPTS):
+            job, error, marker, report = run()
+            named = dead_workers(error)
+            if named:
+                return job, error, marker, report, named
+            errors.append(error)
+            job.kill()
+        self.fail("precondition: no dead worker named in %d runs: %s" % (ATTEMPTS, errors))
+
+    def test_worker_sigbus_is_traced_to_the_full_dev_shm(self):
+        def run():
             job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py"), "--exit"))
             error = job.wait_for_line("LOADER-ERROR", timeout=180)
             marker = parse_marker(job.wait_for_line("READY", timeout=60))
-            main, workers = marker["main"][0], marker["workers"]
-            job.workload.also_kill += [main] + workers
-            named = dead_workers(error)
-            if named:
-                break
-            errors.append(error)
-            job.kill()
-        self.assertTrue(named, "precondition: no dead worker named in %d runs: %s" % (ATTEMPTS, errors))
+            job.workload.also_kill += [marker["main"][0]] + marker["workers"]
+            return job, error, marker, None
+        job, error, marker, _, named = self.until_a_worker_dies(run)
+        workers = marker["workers"]
         self.assertTrue(set(named) <= set(workers), (named, marker))
         self.assertIn("bus error", job.workload.stderr_tail().lower(),
                       "precondition: torch's worker SIGBUS handler said nothing")
@@ -93,23 +102,18 @@ class LiveShmSigbus(ScenarioTestCase):
         # main process may stall before PyTorch even notices the dead worker
         # (its status check runs every 5 s), so the report can come before
         # the job's LOADER-ERROR line: read the job's lines afterwards.
-        errors = []
-        for _ in range(ATTEMPTS):
+        def run():
             job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py")),
                               "--hang-after", HANG_AFTER_S)
             report = self.launched_report(job, timeout=HANG_AFTER_S + 180)
-            main = report.json.get("target_pid")
-            self.assertIsInstance(main, int, report.dump())
-            job.workload.also_kill.append(main)
+            self.assertIsInstance(report.json.get("target_pid"), int, report.dump())
+            job.workload.also_kill.append(report.json["target_pid"])
             error = job.wait_for_line("LOADER-ERROR", timeout=60)
             marker = parse_marker(job.wait_for_line("READY", timeout=60))
             job.workload.also_kill += marker["workers"]
-            named = dead_workers(error)
-            if named:
-                break
-            errors.append(error)
-            job.kill()
-        self.assertTrue(named, "precondition: no dead worker named in %d runs: %s" % (ATTEMPTS, errors))
+            return job, error, marker, report
+        job, error, marker, report, named = self.until_a_worker_dies(run)
+        main = report.json["target_pid"]
         self.assertEqual(report.returncode, 2, report.dump())
         self.assertEqual(marker["main"][0], main, marker)   # unshare and sh exec'd python
         self.assertTrue(proc_state(main) not in (None, "Z", "X"),
