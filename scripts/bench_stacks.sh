@@ -41,19 +41,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-setsid "$PYTHON" -u "$DEMO" >"$tmp/job.out" 2>"$tmp/job.err" </dev/null &
-job_pid=$!
-for _ in $(seq 1 1200); do
-  grep -q '^hangtrace-demo: READY' "$tmp/job.out" 2>/dev/null && break
-  kill -0 "$job_pid" 2>/dev/null || { cat "$tmp/job.err" >&2; die "the demo job exited"; }
-  sleep 0.1
-done
-ready=$(grep '^hangtrace-demo: READY' "$tmp/job.out") || die "no READY line from the demo job"
-main=$(sed -n 's/.*main=\([0-9]*\).*/\1/p' <<<"$ready")
-workers=$(sed -n 's/.*workers=\([0-9,]*\).*/\1/p' <<<"$ready" | tr ',' ' ')
-threads=0
-# shellcheck disable=SC2086  # a list of pids
-for p in $main $workers; do threads=$((threads + $(find "/proc/$p/task" -mindepth 1 -maxdepth 1 | wc -l))); done
+# shellcheck source=scripts/demo_job.sh
+source "$HERE/demo_job.sh"
+start_demo_job "$PYTHON" -u "$DEMO"
 echo "job: main=$main workers=$workers, $threads threads; host: $(nproc) CPUs, kernel $(uname -r)"
 
 # shellcheck disable=SC2086  # a list of pids
