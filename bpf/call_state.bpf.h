@@ -15,6 +15,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "live_maps.bpf.h"
+#include "sched_clock.bpf.h"
 
 #ifndef ENOENT
 #define ENOENT 2
@@ -162,23 +163,16 @@ static __always_inline void call_mark_ended(struct call_state* s) {
 #endif
 
 /*
- * The dispatcher's clock: the scheduler's own (rq_clock, ns), read from the
- * task with plain loads instead of a bpf_ktime_get_ns() call per sleep and
- * per exit -- on a kernel with return-thunk mitigations (AMD "Safe RET") that
- * helper's chain of calls was a third of the sched_switch program. Durations
- * only: records are stamped with bpf_ktime_get_ns() when they are sent.
- * Without CONFIG_SCHED_INFO both ends fall back to bpf_ktime_get_ns().
- *
- * When a task leaves the CPU: the rq clock when it last got on (last_arrival)
- * plus the CPU time since (prev_sum_exec_runtime is snapshotted when the task
- * is picked, sum_exec_runtime was brought up to date by the dequeue that
- * precedes sched_switch). Exact for fair-class tasks, which a training job's
- * are; an RT task's prev_sum is not snapshotted and reads late.
+ * The dispatcher's clock: the scheduler's (sched_clock.bpf.h) instead of a
+ * bpf_ktime_get_ns() call per sleep and per exit. Durations only: records
+ * are stamped with bpf_ktime_get_ns() when they are sent. Without
+ * CONFIG_SCHED_INFO both ends fall back to bpf_ktime_get_ns().
  */
+
+/* When a task leaves the CPU (at sched_switch). */
 static __always_inline __u64 call_clock_leaving_cpu(struct task_struct* t) {
-  if (!bpf_core_field_exists(t->sched_info.last_arrival)) return bpf_ktime_get_ns();
-  __u64 sum = t->se.sum_exec_runtime, prev = t->se.prev_sum_exec_runtime;
-  return t->sched_info.last_arrival + (sum > prev ? sum - prev : 0);
+  __u64 c = ht_task_sched_clock(t);
+  return c ? c : bpf_ktime_get_ns();
 }
 
 /* When a task that slept last got back on a CPU: the end of its wait (the

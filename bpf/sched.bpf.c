@@ -23,6 +23,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "live_maps.bpf.h"
+#include "sched_clock.bpf.h"
 
 #ifndef ENOENT
 #define ENOENT 2
@@ -73,18 +74,16 @@ struct {
 } wake_batches SEC(".maps");
 
 /*
- * The clock of the batch window, read from the waker with plain loads rather
- * than a bpf_ktime_get_ns() call per wakeup (a third of this program on a
- * kernel with return-thunk mitigations): the scheduler's clock when the waker
- * got on its CPU plus its CPU time since, as of its last accounting -- behind
- * by at most a tick, which a 10 ms window allows. One batch has one waker, so
- * its times are all read from the same task. The idle task (interrupt-context
- * wakers) is never accounted: it reads the real clock.
+ * The clock of the batch window: the waker's scheduler clock
+ * (sched_clock.bpf.h; plain loads, at most a tick behind, which a 10 ms
+ * window allows) rather than a bpf_ktime_get_ns() call per wakeup. One batch
+ * has one waker, so its times are all read from the same task. The idle
+ * task (interrupt-context wakers) is never accounted: it reads the real
+ * clock, as does a kernel without CONFIG_SCHED_INFO.
  */
 static __always_inline __u64 waker_clock(struct task_struct* waker) {
-  if (!waker->pid || !bpf_core_field_exists(waker->sched_info.last_arrival)) return bpf_ktime_get_ns();
-  __u64 sum = waker->se.sum_exec_runtime, prev = waker->se.prev_sum_exec_runtime;
-  return waker->sched_info.last_arrival + (sum > prev ? sum - prev : 0);
+  __u64 c = waker->pid ? ht_task_sched_clock(waker) : 0;
+  return c ? c : bpf_ktime_get_ns();
 }
 
 /* Adds a batch's pending wakeups of `wakee_tid` to `wakeups`. */

@@ -11,6 +11,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "hangtrace/abi.h"
+#include "sched_clock.bpf.h"
 #include "task_snapshot.bpf.h"
 
 #define PF_EXITING 0x00000004
@@ -148,8 +149,8 @@ int ht_task_snapshot(struct bpf_iter__task* ctx) {
      * different clock; exec_start is clock_task (steal-skewed).
      */
     struct task_struct* cur = bpf_get_current_task_btf();
-    __u64 since = ht_last_left_cpu(t);
-    __u64 now = ht_last_left_cpu(cur);
+    __u64 since = ht_task_sched_clock(t);
+    __u64 now = ht_task_sched_clock(cur);
     if (since && now > since) rec->off_cpu_ns = now - since;
   }
 

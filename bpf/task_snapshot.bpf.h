@@ -24,23 +24,6 @@ static __always_inline bool ht_task_on_cpu(struct task_struct* t) {
 }
 
 /*
- * The rq clock value when the task last stopped running: last_arrival is the
- * rq clock when it was last put on a CPU, and sum - prev_sum is how long that
- * stint lasted (prev_sum_exec_runtime is snapshotted when the task is picked).
- * For the running task this is "now" as of its last update_curr().
- * Both parts come from rq_clock() (not clock_task), so steal/irq time does not
- * skew the difference between two tasks. Returns 0 without CONFIG_SCHED_INFO.
- */
-static __always_inline __u64 ht_last_left_cpu(struct task_struct* t) {
-  if (!bpf_core_field_exists(t->sched_info.last_arrival)) return 0;
-  __u64 arrival = BPF_CORE_READ(t, sched_info.last_arrival);
-  __u64 sum = BPF_CORE_READ(t, se.sum_exec_runtime);
-  __u64 prev = BPF_CORE_READ(t, se.prev_sum_exec_runtime);
-  if (!arrival) return 0;
-  return arrival + (sum > prev ? sum - prev : 0);
-}
-
-/*
  * Syscall number and arguments as the syscall entry saved them. libbpf 1.1
  * has no PT_REGS_PARM6 nor a syscall-number accessor, so these are per arch.
  */
