@@ -90,6 +90,8 @@ enum ht_event_type {
   HT_EV_TCP_RETRANSMIT = 11, /* struct ht_tcp_event */
   HT_EV_RSS = 12,            /* struct ht_rss_event: RSS moved by >= rss_step_bytes */
   HT_EV_WAKEUP = 13,         /* struct ht_wakeup_event: waker -> wakee of a traced task (sampled) */
+  HT_EV_GPU_CALL = 14,       /* struct ht_gpu_call_event: a CUDA driver / NCCL host call that returned */
+  HT_EV_GPU_ACTIVITY = 15,   /* struct ht_gpu_activity_event: a CUPTI activity record */
 };
 
 /* Indexes into the per-CPU `counters` map. */
@@ -250,6 +252,148 @@ struct ht_wakeup_count {
   __u32 wakee_tgid;
   __u32 pad;
   char waker_comm[HT_COMM_LEN];
+};
+
+/* ===== GPU ====================================================================
+ * Host-side CUDA driver and NCCL calls come from uprobes on libcuda and libnccl
+ * (bpf/gpu.bpf.c), attached to the libraries found in the traced processes'
+ * mappings. GPU activity (kernels, copies, synchronization, API calls) comes
+ * from CUPTI through hangtrace's injection library (userspace/cupti/), which
+ * fires the USDT probe hangtrace:gpu_activity with a struct ht_gpu_activity;
+ * bpf/cupti.bpf.c copies it into the ring buffer.
+ */
+
+/* Which host call (the uprobe's cookie carries it, see HT_GPU_COOKIE). */
+enum ht_gpu_fn {
+  HT_GPU_FN_NONE = 0,
+  /* kernel launches */
+  HT_GPU_LAUNCH_KERNEL = 1,      /* cuLaunchKernel(_ptsz) */
+  HT_GPU_LAUNCH_KERNEL_EX = 2,   /* cuLaunchKernelEx(_ptsz) */
+  HT_GPU_LAUNCH_COOPERATIVE = 3, /* cuLaunchCooperativeKernel(_ptsz) */
+  /* the host waits for the device */
+  HT_GPU_CTX_SYNCHRONIZE = 10,    /* cuCtxSynchronize (cudaDeviceSynchronize) */
+  HT_GPU_STREAM_SYNCHRONIZE = 11, /* cuStreamSynchronize(_ptsz) */
+  HT_GPU_EVENT_SYNCHRONIZE = 12,  /* cuEventSynchronize */
+  HT_GPU_STREAM_WAIT_EVENT = 13,  /* cuStreamWaitEvent(_ptsz): orders two streams, the host does not wait */
+  /* copies and fills (the synchronous ones wait for the device too) */
+  HT_GPU_MEMCPY = 20,       /* cuMemcpy, cuMemcpyHtoD/DtoH/DtoD/Peer (_v2) */
+  HT_GPU_MEMCPY_ASYNC = 21, /* cuMemcpyAsync, cuMemcpy*Async (_v2, _ptsz) */
+  HT_GPU_MEMSET = 22,       /* cuMemsetD8/D16/D32 (_v2) */
+  HT_GPU_MEMSET_ASYNC = 23, /* cuMemsetD8/D16/D32Async (_ptsz) */
+  /* NCCL */
+  HT_GPU_NCCL_ALL_REDUCE = 40,
+  HT_GPU_NCCL_BROADCAST = 41, /* ncclBroadcast and ncclBcast */
+  HT_GPU_NCCL_REDUCE = 42,
+  HT_GPU_NCCL_ALL_GATHER = 43,
+  HT_GPU_NCCL_REDUCE_SCATTER = 44,
+  HT_GPU_NCCL_SEND = 45,
+  HT_GPU_NCCL_RECV = 46,
+  HT_GPU_NCCL_GROUP_START = 47,
+  HT_GPU_NCCL_GROUP_END = 48,
+};
+
+/*
+ * The uprobe's cookie: one entry program and one return program serve every
+ * function, so the cookie says which function it is and where its arguments
+ * are. Argument positions are 1-based (0: the function has none); arguments
+ * past the sixth are read from the stack. count_shift turns the count
+ * argument into bytes (memset D32: 2) or is 0.
+ *   bits  0..15 fn (enum ht_gpu_fn)
+ *   bits 16..19 stream argument   bits 20..23 count argument
+ *   bits 24..27 count shift       bits 28..31 handle argument (comm / event / ...)
+ *   bits 32..35 datatype argument bits 36..39 peer / root argument
+ *   bit  40     the stream is a field of the first argument (cuLaunchKernelEx's CUlaunchConfig)
+ */
+#define HT_GPU_COOKIE(fn, stream_arg, count_arg, count_shift, handle_arg, datatype_arg, peer_arg)        \
+  ((__u64)(fn) | ((__u64)(stream_arg) << 16) | ((__u64)(count_arg) << 20) | ((__u64)(count_shift) << 24) | \
+   ((__u64)(handle_arg) << 28) | ((__u64)(datatype_arg) << 32) | ((__u64)(peer_arg) << 36))
+#define HT_GPU_COOKIE_STREAM_IN_CONFIG (1ull << 40)
+#define HT_GPU_COOKIE_FN(c) ((__u32)((c)&0xffff))
+#define HT_GPU_COOKIE_ARG(c, shift) ((__u32)(((c) >> (shift)) & 0xf))
+/* Offset of hStream in CUlaunchConfig (7 unsigned ints, then the pointer). */
+#define HT_CU_LAUNCH_CONFIG_STREAM_OFFSET 32
+
+struct ht_gpu_call_event {
+  struct ht_event_header hdr; /* the calling thread; ts_ns: when the call returned */
+  __u32 fn;                   /* enum ht_gpu_fn */
+  __s32 ret;                  /* CUresult / ncclResult_t */
+  __u64 start_ns;             /* bpf_ktime_get_ns() at entry */
+  __u64 stream;               /* the CUstream / cudaStream_t argument; 0: the default stream or none */
+  __u64 handle;               /* NCCL: the ncclComm_t; cuEventSynchronize / cuStreamWaitEvent: the CUevent */
+  __u64 count;                /* memcpy / memset: bytes; NCCL: elements; else 0 */
+  __u64 seq;                  /* NCCL: this thread's NCCL call number (1 = its first); else 0 */
+  __s32 datatype;             /* NCCL ncclDataType_t, -1 otherwise */
+  __s32 peer;                 /* NCCL send/recv peer, broadcast/reduce root; -1 otherwise */
+  __s32 ustack_id;            /* user stack at entry (stack map id, as in ht_futex_event) */
+  __u32 pad;                  /* explicit padding, always 0 */
+};
+
+/* bpf/gpu.bpf.c `gpu_threads` (hash, key: tid): each traced thread's CUDA and
+ * NCCL state, read by userspace when the window closes -- a call that never
+ * returns shows here and nowhere else. Times are bpf_ktime_get_ns(). */
+struct ht_gpu_thread {
+  __u32 tgid;
+  __u32 in_fn;                    /* enum ht_gpu_fn of the call in progress; 0: none */
+  __u64 in_since_ns;              /* its entry */
+  __u64 in_stream;                /* its stream argument */
+  __u64 in_handle;                /* its handle argument (NCCL comm, CUevent) */
+  __u64 launches;                 /* kernel launches entered */
+  __u64 last_launch_ns;           /* the latest one's entry */
+  __u64 syncs;                    /* host waits (ctx / stream / event synchronize, sync memcpy) entered */
+  __u64 last_sync_end_ns;         /* the latest one's return; 0: none returned */
+  __u64 collectives;              /* NCCL collectives and send/recv entered (= the latest one's seq) */
+  __u64 last_collective_ns;       /* the latest one's entry */
+  __u64 last_collective_count;    /* its element count */
+  __u64 last_collective_comm;     /* its communicator */
+  __u32 last_collective_fn;       /* enum ht_gpu_fn */
+  __s32 last_collective_datatype; /* ncclDataType_t */
+  __u32 nccl_group_depth;         /* open ncclGroupStart()s */
+  __u32 pad;                      /* explicit padding, always 0 */
+  char comm[HT_COMM_LEN];
+};
+
+/* ht_gpu_activity.kind */
+enum ht_gpu_activity_kind {
+  HT_GPU_ACT_KERNEL = 1,
+  HT_GPU_ACT_MEMCPY = 2,
+  HT_GPU_ACT_MEMSET = 3,
+  HT_GPU_ACT_SYNC = 4,        /* CUPTI synchronization record: the host waited (ctx / stream / event) */
+  HT_GPU_ACT_DRIVER_API = 5,  /* a driver API call (name: "cuLaunchKernel") */
+  HT_GPU_ACT_RUNTIME_API = 6, /* a runtime API call (name: "cudaLaunchKernel") */
+  HT_GPU_ACT_CLOCK = 7,       /* a calibration point: start_ns = CLOCK_MONOTONIC, end_ns = CUPTI's clock,
+                                 bytes = the reading's uncertainty in ns */
+  HT_GPU_ACT_STATUS = 8,      /* the library's own news (name: "CUPTI activity enabled", or why not) */
+};
+
+#define HT_GPU_ACTIVITY_VERSION 1
+#define HT_GPU_NAME_LEN 96
+
+/* What the injection library passes to the USDT probe hangtrace:gpu_activity
+ * (its one argument: this struct's address in the library's process). */
+struct ht_gpu_activity {
+  __u16 version;          /* HT_GPU_ACTIVITY_VERSION */
+  __u16 kind;             /* enum ht_gpu_activity_kind */
+  __u32 size;             /* sizeof(struct ht_gpu_activity) */
+  __u64 start_ns;         /* CLOCK_MONOTONIC (converted from CUPTI's clock by the library) */
+  __u64 end_ns;           /* same clock; 0 when the record has no end */
+  __u32 correlation_id;   /* links an API call to the kernel / copy it launched (0: none) */
+  __u32 device_id;        /* CUDA device ordinal */
+  __u32 context_id;       /* CUPTI context id */
+  __u32 stream_id;        /* CUPTI stream id */
+  __u32 pid;              /* API records: the calling process (CUPTI processId) */
+  __u32 tid;              /* API records: the calling thread (CUPTI threadId, as gettid()); else 0 */
+  __u32 detail;           /* API: CUPTI callback id; memcpy: CUpti_ActivityMemcpyKind;
+                             sync: CUpti_ActivitySynchronizationType; kernel: registers per thread */
+  __u32 pad;              /* explicit padding, always 0 */
+  __u64 bytes;            /* memcpy / memset bytes */
+  __u32 grid[3];          /* kernel grid and block dimensions */
+  __u32 block[3];
+  char name[HT_GPU_NAME_LEN]; /* kernel (mangled, truncated) or API function name; status text */
+};
+
+struct ht_gpu_activity_event {
+  struct ht_event_header hdr; /* the process (and thread) that fired the probe */
+  struct ht_gpu_activity act;
 };
 
 #endif /* HANGTRACE_ABI_H */

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hangtrace/gpu.h"
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
 
@@ -59,6 +60,9 @@ struct TraceEvent {
   // wakeup
   int waker_tgid = 0, waker_tid = 0;
   std::string waker_comm;
+  // gpu-call / gpu-activity
+  GpuCall gpu_call;
+  GpuActivity gpu_activity;
 };
 
 const char* event_type_name(uint32_t type);
@@ -140,6 +144,7 @@ struct LiveObservation {
   std::vector<int> forked;          // processes that appeared while tracing
   // /dev/shm {used, size} bytes sampled when a process hit ENOSPC or SIGBUS on it.
   std::map<int, std::pair<uint64_t, uint64_t>> shm_usage;
+  GpuObservation gpu;
 };
 
 class Aggregator {
@@ -170,6 +175,7 @@ class Aggregator {
 
  private:
   ProcessDeath& death_of(int pid);
+  void add_gpu_activity(const GpuActivity& a);
   // Blocked intervals are kept raw, per thread, in a fixed ring (no
   // allocation per record once a thread's ring is full); their `what` text is
   // formatted only when the observation is read.

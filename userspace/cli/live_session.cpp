@@ -64,6 +64,9 @@ void LiveSession::refresh_code_maps(int only_tgid) {
       code.push_back(std::move(m));
     }
     if (code.empty()) return;  // gone (or a kernel thread): keep what we knew
+    for (const Mapping& m : code)
+      if (!m.path.empty() && m.path[0] == '/' && noticed_files_.insert({tgid, m.path}).second)
+        tracer_->notice_mapped_file(tgid, m.path);
     code_maps_[tgid] = std::move(code);
     std::error_code ec;
     for (const auto& t : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", tgid), ec))
@@ -204,6 +207,7 @@ LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
                                          tracer_->counter(HT_CNT_DROPPED));
   o.undecodable = undecodable_;
   o.stacks_lost = tracer_->counter(HT_CNT_STACKS_LOST);
+  tracer_->contribute(o);
   for (const auto& h : tracer_->hooks())
     o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
   resolve_stacks(o, symbolize_user);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "hangtrace/live.h"
@@ -53,8 +54,9 @@ class LiveSession {
   // re-read while tracing (every 500 ms, or rarer when that would take over
   // 1 % of a core), and on fork and exec.
   void refresh_code_maps(int only_tgid = 0);
-  std::map<int, std::vector<Mapping>> code_maps_;  // tgid -> executable mappings
-  std::map<int, int> tgid_of_;                     // tid -> tgid
+  std::map<int, std::vector<Mapping>> code_maps_;        // tgid -> executable mappings
+  std::map<int, int> tgid_of_;                           // tid -> tgid
+  std::set<std::pair<int, std::string>> noticed_files_;  // (tgid, path) handed to notice_mapped_file
   uint64_t code_maps_ns_ = 0;
   uint64_t code_maps_gap_ns_ = 500'000'000ull;
   struct ShmSample {

@@ -207,6 +207,14 @@ std::vector<HookStatus> LiveTracer::hooks() const {
   return out;
 }
 
+void LiveTracer::notice_mapped_file(int pid, const std::string& path) {
+  for (const auto& module : modules_) module->notice_mapped_file(pid, path);
+}
+
+void LiveTracer::contribute(LiveObservation& o) const {
+  for (const auto& module : modules_) module->contribute(o);
+}
+
 uint64_t LiveTracer::counter(int index) const {
   if (index < 0 || index >= HT_CNT_MAX) return 0;
   int ncpus = libbpf_num_possible_cpus();

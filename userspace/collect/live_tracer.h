@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/live.h"
 #include "hangtrace/result.h"
 
 namespace hangtrace {
@@ -70,6 +71,14 @@ class TracerModule {
   // Attaches what loaded; failures of optional hooks are recorded, not fatal.
   virtual Result<bool> attach() = 0;
   virtual std::vector<HookStatus> hooks() const = 0;
+  // A file that traced process `pid` maps executable, seen when its mappings
+  // are (re)read; `path` is as that process sees it (open it through
+  // /proc/PID/root). Concerns that put uprobes on libraries (libcuda, ...)
+  // attach to theirs here, also to libraries loaded after the start.
+  virtual void notice_mapped_file(int /*pid*/, const std::string& /*path*/) {}
+  // Adds what the concern keeps in its own maps rather than streaming (a
+  // call still in progress) to the observation, when the window closes.
+  virtual void contribute(LiveObservation& /*o*/) const {}
 };
 
 class LiveTracer {
@@ -82,6 +91,9 @@ class LiveTracer {
   int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
   void trace_tgid(int tgid);
   std::vector<HookStatus> hooks() const;
+  // TracerModule::notice_mapped_file / contribute, for every concern.
+  void notice_mapped_file(int pid, const std::string& path);
+  void contribute(LiveObservation& o) const;
   uint64_t counter(int index) const;  // summed over CPUs (enum ht_counter)
   // Symbolized later by the caller; raw addresses of a stack id, innermost first.
   std::vector<uint64_t> stack(int32_t stack_id) const;

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "hangtrace/abi.h"
@@ -43,6 +44,10 @@ const char* event_type_name(uint32_t type) {
       return "rss";
     case HT_EV_WAKEUP:
       return "wakeup";
+    case HT_EV_GPU_CALL:
+      return "gpu-call";
+    case HT_EV_GPU_ACTIVITY:
+      return "gpu-activity";
     default:
       return "unknown";
   }
@@ -215,6 +220,54 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.ustack_id = r.waker_ustack_id;
       break;
     }
+    case HT_EV_GPU_CALL: {
+      ht_gpu_call_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      GpuCall& c = e.gpu_call;
+      c.pid = e.tgid;
+      c.tid = e.tid;
+      c.comm = e.comm;
+      c.fn = r.fn;
+      c.ret = r.ret;
+      c.start_ns = r.start_ns;
+      c.end_ns = h.ts_ns;
+      c.stream = r.stream;
+      c.handle = r.handle;
+      c.count = r.count;
+      c.seq = r.seq;
+      c.datatype = r.datatype;
+      c.peer = r.peer;
+      c.ustack_id = r.ustack_id;
+      e.ustack_id = r.ustack_id;
+      e.duration_ns = h.ts_ns >= r.start_ns ? h.ts_ns - r.start_ns : 0;
+      break;
+    }
+    case HT_EV_GPU_ACTIVITY: {
+      ht_gpu_activity_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      const ht_gpu_activity& a = r.act;
+      if (a.version != HT_GPU_ACTIVITY_VERSION || a.size != sizeof(ht_gpu_activity))
+        return make_error(fmt::format("gpu-activity record of version {} and size {} (expected {} and {})",
+                                      a.version, a.size, HT_GPU_ACTIVITY_VERSION, sizeof(ht_gpu_activity)));
+      GpuActivity& g = e.gpu_activity;
+      g.kind = a.kind;
+      g.start_ns = a.start_ns;
+      g.end_ns = a.end_ns;
+      g.correlation_id = a.correlation_id;
+      g.device_id = a.device_id;
+      g.context_id = a.context_id;
+      g.stream_id = a.stream_id;
+      g.pid = a.pid ? static_cast<int>(a.pid) : e.tgid;
+      g.tid = static_cast<int>(a.tid);
+      g.detail = a.detail;
+      g.bytes = a.bytes;
+      for (int i = 0; i < 3; ++i) {
+        g.grid[i] = a.grid[i];
+        g.block[i] = a.block[i];
+      }
+      g.name = std::string(a.name, strnlen(a.name, sizeof a.name));
+      break;
+    }
     default:
       return make_error(fmt::format("unknown record type {}", h.type));
   }
@@ -345,9 +398,46 @@ void Aggregator::add(const TraceEvent& e) {
     case HT_EV_TCP_RETRANSMIT:
       bounded_push(obs_.tcp);
       break;
+    case HT_EV_GPU_CALL:
+      obs_.gpu.calls.push_back(e.gpu_call);
+      if (obs_.gpu.calls.size() > max_list_) obs_.gpu.calls.pop_front();
+      break;
+    case HT_EV_GPU_ACTIVITY:
+      add_gpu_activity(e.gpu_activity);
+      break;
     default:
       break;
   }
+}
+
+void Aggregator::add_gpu_activity(const GpuActivity& a) {
+  GpuObservation& g = obs_.gpu;
+  switch (a.kind) {
+    case HT_GPU_ACT_STATUS:
+      if (g.cupti_status.size() < 64) g.cupti_status.push_back(a.name);
+      return;
+    case HT_GPU_ACT_CLOCK:
+      g.cupti_clock_offset_ns = static_cast<int64_t>(a.start_ns - a.end_ns);
+      g.cupti_clock_uncertainty_ns = a.bytes;
+      g.cupti_calibrated = true;
+      return;
+    case HT_GPU_ACT_KERNEL:
+      if (a.end_ns > a.start_ns) {
+        KernelDurations& d = g.kernel_durations[a.name];
+        uint64_t ns = a.end_ns - a.start_ns;
+        ++d.count;
+        d.total_ns += ns;
+        d.max_ns = std::max(d.max_ns, ns);
+        d.recent_ns.push_back(ns);
+        if (d.recent_ns.size() > 64) d.recent_ns.pop_front();
+      }
+      break;
+    default:
+      break;
+  }
+  ++g.activity_records;
+  g.activity.push_back(a);
+  if (g.activity.size() > max_list_) g.activity.pop_front();
 }
 
 Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
