@@ -39,6 +39,15 @@ else()
   set(HANGTRACE_BPF_ARCH ${_ht_arch})
 endif()
 
+# libbpf's usdt.bpf.h includes <linux/errno.h>, which wants <asm/errno.h>
+# from the host's multiarch directory; -target bpf does not look there.
+set(HANGTRACE_BPF_SYS_INCLUDES)
+execute_process(COMMAND ${CMAKE_C_COMPILER} -print-multiarch OUTPUT_VARIABLE _ht_multiarch
+                OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(_ht_multiarch AND EXISTS /usr/include/${_ht_multiarch}/asm)
+  set(HANGTRACE_BPF_SYS_INCLUDES -idirafter /usr/include/${_ht_multiarch})
+endif()
+
 function(hangtrace_bpf_object src out_skel)
   get_filename_component(name ${src} NAME_WE)   # task_snapshot.bpf.c -> task_snapshot
   set(obj ${HANGTRACE_BPF_OUT_DIR}/${name}.bpf.o)
@@ -50,6 +59,7 @@ function(hangtrace_bpf_object src out_skel)
     # kernels these programs load on (bpf_task_pt_regs: 5.15+) all have it.
     COMMAND ${BPF_CLANG_EXE} -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_${HANGTRACE_BPF_ARCH}
             -I${HANGTRACE_BPF_OUT_DIR} -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/bpf
+            ${HANGTRACE_BPF_SYS_INCLUDES}
             -Wall -Werror -c ${src} -o ${obj}
     DEPENDS ${src} ${HANGTRACE_VMLINUX_H} ${bpf_headers} ${PROJECT_SOURCE_DIR}/include/hangtrace/abi.h
     COMMENT "BPF ${name}.bpf.c")

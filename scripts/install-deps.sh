@@ -9,6 +9,7 @@ packages=(
   python3 python3-torch   # the bundled hung job and the PyTorch scenarios
   procps gdb strace       # peers in scripts/bench_snapshot.sh
   chromium                # renders the flame graph in tests (headless screenshot)
+  systemtap-sdt-dev       # sys/sdt.h: the CUPTI injection library's USDT probe
 )
 
 missing=()

@@ -304,7 +304,7 @@ enum ht_gpu_fn {
  *   bits 32..35 datatype argument bits 36..39 peer / root argument
  *   bit  40     the stream is a field of the first argument (cuLaunchKernelEx's CUlaunchConfig)
  */
-#define HT_GPU_COOKIE(fn, stream_arg, count_arg, count_shift, handle_arg, datatype_arg, peer_arg)        \
+#define HT_GPU_COOKIE(fn, stream_arg, count_arg, count_shift, handle_arg, datatype_arg, peer_arg)          \
   ((__u64)(fn) | ((__u64)(stream_arg) << 16) | ((__u64)(count_arg) << 20) | ((__u64)(count_shift) << 24) | \
    ((__u64)(handle_arg) << 28) | ((__u64)(datatype_arg) << 32) | ((__u64)(peer_arg) << 36))
 #define HT_GPU_COOKIE_STREAM_IN_CONFIG (1ull << 40)
@@ -348,7 +348,15 @@ struct ht_gpu_thread {
   __u32 last_collective_fn;       /* enum ht_gpu_fn */
   __s32 last_collective_datatype; /* ncclDataType_t */
   __u32 nccl_group_depth;         /* open ncclGroupStart()s */
-  __u32 pad;                      /* explicit padding, always 0 */
+  /* Calls nest (NCCL launches kernels, ncclBcast calls ncclBroadcast): in_*
+   * describe the outermost, the one the thread is "in"; the record of a call
+   * is sent when it returns, from these. */
+  __u32 call_depth;   /* calls in progress, nested ones included */
+  __u64 in_count;     /* its count argument: bytes for copies and fills, elements for NCCL */
+  __s32 in_datatype;  /* its ncclDataType_t; -1: none */
+  __s32 in_peer;      /* its NCCL peer / root; -1: none */
+  __s32 in_ustack_id; /* user stack at its entry (host waits and NCCL calls only); -1: none */
+  __u32 pad;          /* explicit padding, always 0 */
   char comm[HT_COMM_LEN];
 };
 
@@ -371,22 +379,22 @@ enum ht_gpu_activity_kind {
 /* What the injection library passes to the USDT probe hangtrace:gpu_activity
  * (its one argument: this struct's address in the library's process). */
 struct ht_gpu_activity {
-  __u16 version;          /* HT_GPU_ACTIVITY_VERSION */
-  __u16 kind;             /* enum ht_gpu_activity_kind */
-  __u32 size;             /* sizeof(struct ht_gpu_activity) */
-  __u64 start_ns;         /* CLOCK_MONOTONIC (converted from CUPTI's clock by the library) */
-  __u64 end_ns;           /* same clock; 0 when the record has no end */
-  __u32 correlation_id;   /* links an API call to the kernel / copy it launched (0: none) */
-  __u32 device_id;        /* CUDA device ordinal */
-  __u32 context_id;       /* CUPTI context id */
-  __u32 stream_id;        /* CUPTI stream id */
-  __u32 pid;              /* API records: the calling process (CUPTI processId) */
-  __u32 tid;              /* API records: the calling thread (CUPTI threadId, as gettid()); else 0 */
-  __u32 detail;           /* API: CUPTI callback id; memcpy: CUpti_ActivityMemcpyKind;
-                             sync: CUpti_ActivitySynchronizationType; kernel: registers per thread */
-  __u32 pad;              /* explicit padding, always 0 */
-  __u64 bytes;            /* memcpy / memset bytes */
-  __u32 grid[3];          /* kernel grid and block dimensions */
+  __u16 version;        /* HT_GPU_ACTIVITY_VERSION */
+  __u16 kind;           /* enum ht_gpu_activity_kind */
+  __u32 size;           /* sizeof(struct ht_gpu_activity) */
+  __u64 start_ns;       /* CLOCK_MONOTONIC (converted from CUPTI's clock by the library) */
+  __u64 end_ns;         /* same clock; 0 when the record has no end */
+  __u32 correlation_id; /* links an API call to the kernel / copy it launched (0: none) */
+  __u32 device_id;      /* CUDA device ordinal */
+  __u32 context_id;     /* CUPTI context id */
+  __u32 stream_id;      /* CUPTI stream id */
+  __u32 pid;            /* API records: the calling process (CUPTI processId) */
+  __u32 tid;            /* API records: the calling thread (CUPTI threadId, as gettid()); else 0 */
+  __u32 detail;         /* API: CUPTI callback id; memcpy: CUpti_ActivityMemcpyKind;
+                           sync: CUpti_ActivitySynchronizationType; kernel: registers per thread */
+  __u32 pad;            /* explicit padding, always 0 */
+  __u64 bytes;          /* memcpy / memset bytes */
+  __u32 grid[3];        /* kernel grid and block dimensions */
   __u32 block[3];
   char name[HT_GPU_NAME_LEN]; /* kernel (mangled, truncated) or API function name; status text */
 };

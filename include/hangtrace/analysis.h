@@ -124,9 +124,13 @@ struct Finding {
 struct AnalysisOptions {
   double stall_after_s = 10.0;  // a socket wait this long counts as stalled
   double shm_full_ratio = 0.90;
-  uint64_t progress_cpu_ns = 2'000'000;  // more CPU than this between samples = progress
+  uint64_t progress_cpu_ns = 2'000'000;             // more CPU than this between samples = progress
   uint64_t memory_growth_min_bytes = 256ull << 20;  // RSS growth in the window worth a finding
-  double memory_growth_min_ratio = 0.25;             // ... and this much of where it started
+  double memory_growth_min_ratio = 0.25;            // ... and this much of where it started
+  double gpu_wait_after_s = 5.0;      // a host thread in a CUDA synchronize this long is a finding
+  double gpu_wait_critical_s = 60.0;  // ... and a critical one from here
+  unsigned gpu_idle_util_pct = 5;     // NVML utilization at or under this is an idle GPU
+  double gpu_idle_quiet_s = 2.0;      // no kernel / copy / launch for this long is an idle GPU
 };
 
 struct Verdict {

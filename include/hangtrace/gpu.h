@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,7 +78,11 @@ struct NvmlSample {
   unsigned gpu_util_pct = 0, mem_util_pct = 0;
   unsigned power_mw = 0;
   uint64_t mem_used_bytes = 0, mem_total_bytes = 0;
-  // Per-process SM utilization over the sample period (nvmlDeviceGetProcessUtilization), by pid.
+  // Which queries answered: a device without power readings is not "0 W".
+  bool has_utilization = false, has_power = false, has_memory = false;
+  // Per-process SM utilization over the sample period (nvmlDeviceGetProcessUtilization), by pid;
+  // with has_process_util, a pid absent from it had no GPU activity.
+  bool has_process_util = false;
   std::map<int, unsigned> process_sm_util_pct;
 };
 
@@ -90,6 +95,7 @@ struct GpuObservation {
   // Libraries found in the traced processes and what was attached to each:
   // "/usr/lib/x86_64-linux-gnu/libcuda.so.1: 23 uprobes".
   std::vector<std::string> libraries;
+  std::set<int> cuda_pids;              // traced processes seen mapping libcuda
   std::vector<GpuThreadState> threads;  // threads that ever called CUDA / NCCL
   std::deque<GpuCall> calls;            // the latest, bounded
   std::deque<GpuActivity> activity;     // the latest kernels / copies / API calls, bounded

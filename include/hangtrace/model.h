@@ -174,9 +174,12 @@ struct ProcessInfo {
   uint64_t netns = 0, mntns = 0;  // namespace inodes
   std::vector<ThreadInfo> threads;
   std::vector<FdEntry> fds;
-  std::vector<Mapping> maps;                // only shared and futex-relevant mappings
-  std::vector<int> children;                // pids whose ppid is this one (incl. zombies)
-  std::optional<int> exit_signal;           // for zombies: from /proc stat exit_code
+  std::vector<Mapping> maps;       // only shared and futex-relevant mappings
+  std::vector<int> children;       // pids whose ppid is this one (incl. zombies)
+  std::optional<int> exit_signal;  // for zombies: from /proc stat exit_code
+  // torch.distributed identity from the process's initial environment
+  // (RANK, WORLD_SIZE, LOCAL_RANK as torchrun sets them); unset when absent.
+  std::optional<int> rank, world_size, local_rank;
   const ThreadInfo* thread(int tid) const;  // nullptr if not one of its threads
 };
 

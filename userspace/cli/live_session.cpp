@@ -31,8 +31,18 @@ Result<std::unique_ptr<LiveSession>> LiveSession::start(const std::vector<int>& 
   std::unique_ptr<LiveSession> s(new LiveSession());
   s->tracer_ = std::move(*tracer);
   s->start_ns_ = s->now_ns();
+  // Device counters while tracing; without the NVIDIA driver this is one
+  // status line in the report.
+  s->nvml_ = NvmlSampler::open();
+  s->nvml_->start();
   for (int pid : tgids) s->trace(pid);
   return s;
+}
+
+std::vector<GpuThreadState> LiveSession::gpu_threads() const {
+  LiveObservation o;
+  tracer_->contribute(o);
+  return std::move(o.gpu.threads);
 }
 
 void LiveSession::trace(int tgid) {
@@ -65,8 +75,11 @@ void LiveSession::refresh_code_maps(int only_tgid) {
     }
     if (code.empty()) return;  // gone (or a kernel thread): keep what we knew
     for (const Mapping& m : code)
-      if (!m.path.empty() && m.path[0] == '/' && noticed_files_.insert({tgid, m.path}).second)
+      if (!m.path.empty() && m.path[0] == '/' && noticed_files_.insert({tgid, m.path}).second) {
         tracer_->notice_mapped_file(tgid, m.path);
+        if (std::filesystem::path(m.path).filename().string().starts_with("libcuda.so"))
+          cuda_pids_.insert(tgid);
+      }
     code_maps_[tgid] = std::move(code);
     std::error_code ec;
     for (const auto& t : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", tgid), ec))
@@ -208,6 +221,12 @@ LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
   o.undecodable = undecodable_;
   o.stacks_lost = tracer_->counter(HT_CNT_STACKS_LOST);
   tracer_->contribute(o);
+  if (nvml_) {
+    nvml_->stop();
+    nvml_->sample_once();  // a window shorter than the interval still gets a reading at its end
+    nvml_->contribute(o.gpu);
+  }
+  o.gpu.cuda_pids = cuda_pids_;
   for (const auto& h : tracer_->hooks())
     o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
   resolve_stacks(o, symbolize_user);

@@ -15,6 +15,7 @@
 #include "hangtrace/live.h"
 #include "hangtrace/result.h"
 #include "live_tracer.h"
+#include "nvml_sampler.h"
 
 namespace hangtrace {
 
@@ -36,6 +37,8 @@ class LiveSession {
   using UserSymbolizer = std::function<void(std::vector<UserFrame>& frames)>;
   LiveObservation finish(const UserSymbolizer& symbolize_user = {});
   const std::set<int>& traced() const { return traced_; }
+  // Each traced thread's CUDA / NCCL state now (the gpu concern's map).
+  std::vector<GpuThreadState> gpu_threads() const;
   uint64_t now_ns() const;
 
  private:
@@ -65,6 +68,8 @@ class LiveSession {
   std::map<uint64_t, std::deque<ShmSample>> shm_samples_;  // mount ns -> recent samples
   std::map<uint64_t, int> shm_sampler_pid_;                // mount ns -> a live process in it
   std::unique_ptr<LiveTracer> tracer_;
+  std::unique_ptr<NvmlSampler> nvml_;
+  std::set<int> cuda_pids_;  // traced processes seen mapping libcuda
   Aggregator aggregator_;
   std::set<int> traced_;
   uint64_t start_ns_ = 0;

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -29,6 +30,8 @@
 #include "hangtrace/exports.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
+#include "hangtrace/gpu.h"
+#include "live_cupti.h"
 #include "live_session.h"
 #include "native_stacks.h"
 #include "process_meta.h"
@@ -115,6 +118,7 @@ struct Options {
   int ringbuf_mb = 8;
   bool list_hooks = false;
   double duration_s = 0;
+  bool duration_given = false;
   double stall_after_s = 10;
   std::string json_path;
   std::string save_snapshot_path;
@@ -216,11 +220,39 @@ Snapshot exited_job_snapshot(int pid, const LiveObservation& live, const std::st
   return s;
 }
 
+constexpr double kCudaJobWindowS = 3.0;
+
+// Whether `pid` maps a file whose name starts with `prefix` ("libcuda.so").
+bool maps_library(int pid, const std::string& prefix) {
+  std::ifstream maps(fmt::format("/proc/{}/maps", pid));
+  for (std::string line; std::getline(maps, line);) {
+    size_t slash = line.rfind('/');
+    if (slash != std::string::npos && line.compare(slash + 1, prefix.size(), prefix) == 0) return true;
+  }
+  return false;
+}
+
+int run_live_window(const Options& opt);
+
 int run_live(const Options& opt) {
   if (geteuid() != 0)
     return fail(
         "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
   if (opt.verbosity > 2) set_bpf_verbosity(opt.verbosity - 2);
+  Options o = opt;
+  // Whether the GPU is starved or busy, and what a synchronize waits for, is
+  // only seen while tracing (uprobes, CUPTI, NVML): a CUDA job gets a short
+  // window unless one was asked for (--duration 0: none).
+  if (!o.duration_given && !o.no_bpf && maps_library(o.pid, "libcuda.so")) {
+    o.duration_s = kCudaJobWindowS;
+    std::fprintf(stderr,
+                 "hangtrace: pid %d uses CUDA: watching the GPU side for %.0f s (--duration changes it)\n",
+                 o.pid, o.duration_s);
+  }
+  return run_live_window(o);
+}
+
+int run_live_window(const Options& opt) {
   // Two captures (before and after the window): verify the task iterator once.
   if (opt.duration_s > 0) keep_task_iterator_loaded(true);
   Result<Snapshot> snap = collect_snapshot(opt.pid, collect_options(opt));
@@ -274,6 +306,17 @@ int run_launch(const Options& opt) {
   int go[2];
   if (pipe2(go, O_CLOEXEC) != 0)
     return fail(fmt::format("failed to create a pipe: {}", std::strerror(errno)));
+  // CUPTI activity (kernels, copies, synchronization) comes from hangtrace's
+  // injection library, which the CUDA driver loads at cuInit when this names
+  // it. A job that already names one (another profiler) keeps its own.
+  std::optional<std::string> injection;
+  if (const char* own = std::getenv("CUDA_INJECTION64_PATH"); own && *own) {
+    if (opt.verbosity > 0)
+      std::fprintf(stderr, "hangtrace: CUDA_INJECTION64_PATH is set (%s): no CUPTI activity from hangtrace\n",
+                   own);
+  } else {
+    injection = find_cupti_injection_library();
+  }
   pid_t job = fork();
   if (job < 0) return fail(fmt::format("failed to fork: {}", std::strerror(errno)));
   if (job == 0) {
@@ -282,6 +325,7 @@ int run_launch(const Options& opt) {
     close(go[1]);
     char c;
     if (read(go[0], &c, 1) != 1) _exit(127);
+    if (injection) setenv("CUDA_INJECTION64_PATH", injection->c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : opt.command) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -318,7 +362,14 @@ int run_launch(const Options& opt) {
           if (cpu > last_cpu) last_progress_ns = now;
           last_cpu = cpu;
         }
-        return hung = now - last_progress_ns >= static_cast<uint64_t>(opt.hang_after_s * 1e9);
+        uint64_t limit = static_cast<uint64_t>(opt.hang_after_s * 1e9);
+        // A host thread spinning in a CUDA synchronize or an NCCL call burns
+        // CPU without progress: a call that old counts as a hang too.
+        for (const auto& t : (*session)->gpu_threads())
+          if ((gpu_fn_is_host_wait(t.in_fn) || gpu_fn_is_nccl_transfer(t.in_fn)) && t.in_since_ns &&
+              now - t.in_since_ns >= limit)
+            return hung = true;
+        return hung = now - last_progress_ns >= limit;
       },
       g_interrupted);
   LiveObservation live = (*session)->finish(symbolize_live_user_frames);
@@ -361,8 +412,9 @@ int list_hooks(const Options& opt) {
   if (!tracer) return fail(tracer.error());
   int active = 0, standby = 0, off = 0;
   for (const auto& h : (*tracer)->hooks()) {
-    // The loser of a twin pair (tp_btf vs raw_tp) is on standby, not missing.
-    bool twin = !h.active && h.reason.rfind("not needed", 0) == 0;
+    // The loser of a twin pair (tp_btf vs raw_tp) is on standby, not missing; so is a
+    // concern waiting for a library to probe (gpu).
+    bool twin = !h.active && (h.reason.rfind("not needed", 0) == 0 || h.reason.rfind("standby", 0) == 0);
     const char* state = h.active ? "active" : twin ? "standby" : "off";
     (h.active ? active : twin ? standby : off)++;
     std::printf("%-9s %-8s %-34s %s\n", h.concern.c_str(), state, h.attach.c_str(), h.reason.c_str());
@@ -514,6 +566,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitError;
   }
   opt.command = command;
+  opt.duration_given = app.count("--duration") > 0;
   if (demo->parsed()) return run_demo(opt);
   if (opt.list_hooks) return list_hooks(opt);
   if (!opt.command.empty()) return run_launch(opt);

@@ -36,6 +36,7 @@
 #include <unordered_set>
 
 #include "fd_probe.h"
+#include "hangtrace/collectives.h"
 #include "hangtrace/kallsyms.h"
 #include "hangtrace/procfs.h"
 #include "hangtrace/syscalls.h"
@@ -301,6 +302,15 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
                       pid, kMemoryLockProbeTimeout.count()));
     } else if (*cmdline) {
       p.cmdline = **cmdline;
+      // The same lock as cmdline, which just came free.
+      auto environ_bytes =
+          procfs::read_text_file(fmt::format("{}/environ", proc_.pid_path(id)), nullptr, size_t{4} << 20);
+      if (environ_bytes) {
+        RankIdentity identity = parse_rank_environment(*environ_bytes);
+        p.rank = identity.rank;
+        p.world_size = identity.world_size;
+        p.local_rank = identity.local_rank;
+      }
     }
   }
   if (auto exe = proc_.exe(id)) p.exe = *exe;

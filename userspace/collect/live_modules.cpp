@@ -10,6 +10,8 @@ std::vector<std::unique_ptr<TracerModule>> all_live_modules() {
   modules.push_back(make_shm_module());
   modules.push_back(make_net_module());
   modules.push_back(make_memory_module());
+  modules.push_back(make_gpu_module());
+  modules.push_back(make_cupti_module());
   return modules;
 }
 

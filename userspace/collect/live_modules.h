@@ -14,6 +14,9 @@ std::unique_ptr<TracerModule> make_sched_module();
 std::unique_ptr<TracerModule> make_shm_module();
 std::unique_ptr<TracerModule> make_net_module();
 std::unique_ptr<TracerModule> make_memory_module();
+// Loaded at start, attached later: to each libcuda / libnccl a traced process maps.
+std::unique_ptr<TracerModule> make_gpu_module();
+std::unique_ptr<TracerModule> make_cupti_module();
 
 // Every concern, in load order (process first: it follows forks).
 std::vector<std::unique_ptr<TracerModule>> all_live_modules();

@@ -1,6 +1,11 @@
 #include "hangtrace/exports.h"
 #include "hangtrace/stacks.h"
+#include "hangtrace/abi.h"
+#include "hangtrace/gpu.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -715,6 +720,124 @@ json render_speedscope(const FoldedProfile& profile, const std::string& name) {
           {"exporter", fmt::format("hangtrace {}", HANGTRACE_VERSION)}};
 }
 
+// GPU work on (device, stream) tracks -- pid kTraceGpuPidBase + device, tid
+// stream + 1 -- with a flow from each launch (the CUDA API call on its host
+// thread) to the kernel or copy it started, as Kineto draws them (category
+// "ac2g", id = CUPTI correlation id); host CUDA/NCCL calls seen by the uprobes
+// on their threads; NVML utilization and power as counters on the device.
+std::string demangled(const std::string& name) {
+  int status = 0;
+  char* out = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string s = status == 0 && out ? out : name;
+  std::free(out);
+  return s;
+}
+
+template <typename Track, typename TrackOf, typename AddSlice>
+void add_gpu_tracks(const LiveObservation& live, const Identities& ids, json& events, Track& track,
+                    TrackOf& track_of, AddSlice& add_slice) {
+  auto process_comm = [&](int pid) { return ids.process_comm(pid); };
+  auto thread_comm = [&](int tid) { return ids.of(tid).thread_comm; };
+  const GpuObservation& g = live.gpu;
+  auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  std::map<uint32_t, const GpuActivity*> launches;  // correlation id -> API call
+  for (const auto& a : g.activity) {
+    if (a.kind != HT_GPU_ACT_DRIVER_API && a.kind != HT_GPU_ACT_RUNTIME_API) continue;
+    if (a.end_ns < a.start_ns || !a.tid) continue;
+    int pid = a.pid ? a.pid : track_of(a.tid);
+    track(pid, a.tid, process_comm(pid), thread_comm(a.tid));
+    add_slice(pid, a.tid, us(a.start_ns), us(a.end_ns - a.start_ns), a.name,
+              a.kind == HT_GPU_ACT_DRIVER_API ? "cuda_driver" : "cuda_runtime",
+              {{"correlation", a.correlation_id}, {"cbid", a.detail}, {"source", "cupti"}});
+    if (a.correlation_id) launches[a.correlation_id] = &a;
+  }
+  for (const auto& a : g.activity) {
+    if (a.kind != HT_GPU_ACT_KERNEL && a.kind != HT_GPU_ACT_MEMCPY && a.kind != HT_GPU_ACT_MEMSET) continue;
+    if (a.end_ns < a.start_ns) continue;
+    int pid = kTraceGpuPidBase + static_cast<int>(a.device_id);
+    int tid = static_cast<int>(a.stream_id) + 1;
+    track(pid, 0, fmt::format("GPU {}", a.device_id), "device");
+    track(pid, tid, fmt::format("GPU {}", a.device_id), fmt::format("stream {}", a.stream_id));
+    json args = {{"device", a.device_id},
+                 {"stream", a.stream_id},
+                 {"context", a.context_id},
+                 {"correlation", a.correlation_id},
+                 {"source", "cupti"}};
+    std::string name = a.name;
+    const char* cat = "kernel";
+    if (a.kind == HT_GPU_ACT_KERNEL) {
+      name = demangled(a.name);
+      args["grid"] = {a.grid[0], a.grid[1], a.grid[2]};
+      args["block"] = {a.block[0], a.block[1], a.block[2]};
+      if (name != a.name) args["mangled"] = a.name;
+    } else {
+      cat = a.kind == HT_GPU_ACT_MEMCPY ? "gpu_memcpy" : "gpu_memset";
+      args["bytes"] = a.bytes;
+      if (name.empty()) name = a.kind == HT_GPU_ACT_MEMCPY ? "Memcpy" : "Memset";
+    }
+    double ts = us(a.start_ns);
+    add_slice(pid, tid, ts, us(a.end_ns - a.start_ns), name, cat, std::move(args));
+    auto launch = launches.find(a.correlation_id);
+    if (a.correlation_id == 0 || launch == launches.end()) continue;
+    const GpuActivity& api = *launch->second;
+    int api_pid = api.pid ? api.pid : track_of(api.tid);
+    events.push_back({{"ph", "s"},
+                      {"name", "ac2g"},
+                      {"cat", "ac2g"},
+                      {"id", a.correlation_id},
+                      {"pid", api_pid},
+                      {"tid", api.tid},
+                      {"ts", us(api.start_ns)}});
+    events.push_back({{"ph", "f"},
+                      {"bp", "e"},
+                      {"name", "ac2g"},
+                      {"cat", "ac2g"},
+                      {"id", a.correlation_id},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"ts", ts}});
+  }
+  for (const auto& c : g.calls) {
+    int pid = c.pid ? c.pid : track_of(c.tid);
+    track(pid, c.tid, process_comm(pid), c.comm.empty() ? thread_comm(c.tid) : c.comm);
+    json args = {{"source", "uprobe"}, {"ret", c.ret}};
+    if (c.stream) args["stream"] = fmt::format("{:#x}", c.stream);
+    if (c.count) args["count"] = c.count;
+    if (c.seq) args["seq"] = c.seq;
+    if (c.peer >= 0) args["peer"] = c.peer;
+    std::string name = c.seq ? fmt::format("{} #{}", gpu_fn_name(c.fn), c.seq) : gpu_fn_name(c.fn);
+    add_slice(pid, c.tid, us(c.start_ns), us(c.end_ns - std::min(c.end_ns, c.start_ns)), name,
+              gpu_fn_is_nccl(c.fn) ? "nccl" : "cuda_host_wait", std::move(args));
+  }
+  for (const auto& t : g.threads) {
+    if (!t.in_fn || !t.in_since_ns || t.in_since_ns > live.end_ns) continue;
+    track(t.pid, t.tid, process_comm(t.pid), t.comm);
+    std::string name = gpu_fn_is_nccl_transfer(t.in_fn)
+                           ? fmt::format("{} #{}", gpu_fn_name(t.in_fn), t.collectives)
+                           : gpu_fn_name(t.in_fn);
+    add_slice(t.pid, t.tid, us(t.in_since_ns), us(live.end_ns - t.in_since_ns), name,
+              gpu_fn_is_nccl(t.in_fn) ? "nccl" : "cuda_host_wait", {{"source", "uprobe"}, {"ongoing", true}});
+  }
+  for (const auto& s : g.nvml) {
+    int pid = kTraceGpuPidBase + static_cast<int>(s.device);
+    track(pid, 0, fmt::format("GPU {}", s.device), "device");
+    if (s.has_utilization)
+      events.push_back({{"ph", "C"},
+                        {"name", "GPU utilization %"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"ts", us(s.ts_ns)},
+                        {"args", {{"gpu", s.gpu_util_pct}, {"memory", s.mem_util_pct}}}});
+    if (s.has_power)
+      events.push_back({{"ph", "C"},
+                        {"name", "GPU power W"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"ts", us(s.ts_ns)},
+                        {"args", {{"power", s.power_mw / 1000.0}}}});
+  }
+}
+
 json render_chrome_trace(const Snapshot& snap, const Diagnosis* d, const LiveObservation* live) {
   Identities ids(snap, live);
   json events = json::array();
@@ -787,6 +910,8 @@ json render_chrome_trace(const Snapshot& snap, const Diagnosis* d, const LiveObs
         last_end_us[tid] = std::max(last_end_us[tid], us(b.end_ns));
       }
     }
+
+  if (live) add_gpu_tracks(*live, ids, events, track, track_of, add_slice);
 
   // The wait each thread was in at the snapshot.
   for (const auto& p : snap.processes)

@@ -9,6 +9,7 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
+#include "gpu_rules.h"
 
 namespace hangtrace {
 
@@ -65,6 +66,7 @@ class Analyzer {
       process_killed();
       memory_growth();
     }
+    gpu_and_collectives();
     finish();
     return std::move(d_);
   }
@@ -865,6 +867,43 @@ class Analyzer {
       };
       d_.findings.push_back(std::move(f));
     }
+  }
+
+  // ---- gpu-wait, gpu-starved, collective-wait (gpu_rules.cpp, collective_rules.cpp) ------
+  // What `tid` waits on down to its cause: the part of a host finding's chain
+  // from `tid` on, else `tid`'s own wait and who could end it.
+  std::vector<ChainStep> chain_from(int tid) const {
+    std::string label = thread_label(tid);
+    for (const auto& f : d_.findings)
+      for (size_t i = 0; i < f.chain.size(); ++i)
+        if (f.chain[i].from == label) return {f.chain.begin() + static_cast<long>(i), f.chain.end()};
+    std::vector<ChainStep> steps;
+    const ThreadWait* w = wait_of(tid);
+    if (!w) return steps;
+    for (const auto& id : w->objects) {
+      const WaitObject& o = g().objects.at(id);
+      steps.push_back({label, "waits on", o.label});
+      if (!o.releasers.empty())
+        steps.push_back({o.label, "can be released by", releaser_label(o, o.releasers[0])});
+      for (const auto& note : o.notes) steps.push_back({o.label, "note", note});
+      break;
+    }
+    if (steps.empty() && !w->summary.empty()) steps.push_back({label, "waits:", w->summary});
+    return steps;
+  }
+
+  void gpu_and_collectives() {
+    RuleContext ctx{snap_,
+                    opt_,
+                    live_,
+                    g(),
+                    [this](int tid) { return thread_label(tid); },
+                    [this](int tid) { return strict_.count(tid) > 0; },
+                    [this](int tid) { return chain_from(tid); },
+                    d_.findings};
+    std::vector<Finding> found = collective_findings(ctx);
+    for (auto& f : gpu_findings(ctx)) found.push_back(std::move(f));
+    for (auto& f : found) d_.findings.push_back(std::move(f));
   }
 
   // What the live window saw of the stuck threads: who last woke them, and

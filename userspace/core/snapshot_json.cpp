@@ -165,6 +165,10 @@ json snapshot_to_json(const Snapshot& s) {
                {"mntns", p.mntns},
                {"children", p.children},
                {"exit_signal", opt(p.exit_signal)}};
+    // Only for processes of a distributed job: absent, not null, elsewhere.
+    if (p.rank) jp["rank"] = *p.rank;
+    if (p.world_size) jp["world_size"] = *p.world_size;
+    if (p.local_rank) jp["local_rank"] = *p.local_rank;
     json threads = json::array();
     for (const auto& t : p.threads) {
       json jt = {{"tid", t.tid},
@@ -309,6 +313,9 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jp, "mntns", p.mntns);
       get_if(jp, "children", p.children);
       get_opt(jp, "exit_signal", p.exit_signal);
+      get_opt(jp, "rank", p.rank);
+      get_opt(jp, "world_size", p.world_size);
+      get_opt(jp, "local_rank", p.local_rank);
       for (const auto& jt : jp.value("threads", json::array())) {
         ThreadInfo t;
         t.tid = jt.at("tid").get<int>();

@@ -1,0 +1,64 @@
+// Distributed training: which rank a process is, and whether a thread is
+// inside a collective (all_reduce, barrier, ...) of torch.distributed.
+//
+// Pure functions over the snapshot, so the rules that pair ranks (a rank in a
+// collective while a peer rank is elsewhere) are tested from fixtures.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "hangtrace/model.h"
+
+namespace hangtrace {
+
+// What torchrun / torch.distributed launchers put in each rank's environment.
+struct RankIdentity {
+  std::optional<int> rank;        // RANK
+  std::optional<int> world_size;  // WORLD_SIZE
+  std::optional<int> local_rank;  // LOCAL_RANK
+};
+
+// From the raw bytes of /proc/PID/environ ("KEY=VALUE\0KEY=VALUE\0...").
+// A variable that is missing, empty, negative or not a plain decimal number
+// stays unset: a wrong rank is worse than none.
+RankIdentity parse_rank_environment(std::string_view environ_bytes);
+
+struct CollectiveCall {
+  std::string op;       // "all_reduce", "barrier", ... (torch.distributed's names)
+  std::string backend;  // "gloo", "nccl", "" when no native frame tells
+  // The frame that shows it, e.g.
+  // "py: all_reduce (torch/distributed/distributed_c10d.py:1536)".
+  std::string evidence;
+  // The frame that names the backend when it is not the thread's own (see
+  // the ProcessInfo overload), e.g. "native:
+  // c10d::ProcessGroupGloo::AsyncWork::execute (libtorch_cpu.so.1.13.0) in
+  // thread 212"; "" otherwise.
+  std::string backend_evidence;
+};
+
+// The collective the thread is inside, from its Python frames (a function of
+// torch/distributed/distributed_c10d.py, the innermost one that is a
+// collective) or, for threads without Python frames (gloo's worker threads),
+// from a native frame of the backend's algorithm. The backend comes from the
+// native frames (gloo:: / c10d::ProcessGroupGloo, nccl* /
+// c10d::ProcessGroupNCCL). nullopt when no frame names a collective.
+std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread);
+
+// The same, with the backend taken from the process's other threads when the
+// thread's own frames do not name it. That is the usual case: the Python
+// thread waits in the generic c10d::Work::wait while gloo runs the
+// collective on a worker thread (ProcessGroupGloo::runLoop), NCCL on the GPU.
+std::optional<CollectiveCall> collective_in_progress(const ProcessInfo& process, const ThreadInfo& thread);
+
+// The backend a process's collectives run on, from all its threads' native
+// frames: the backend of a thread that is executing collective work (gloo:
+// ProcessGroupGloo::AsyncWork::execute, gloo's algorithms and transport
+// waits; nccl: NCCL's API, ProcessGroupNCCL's work), else the only backend
+// whose threads exist (gloo's idle workers, NCCL's watchdog). "" when no
+// thread tells, or two backends do equally. evidence (optional) receives the
+// deciding frame.
+std::string collective_backend(const ProcessInfo& process, std::string* evidence = nullptr);
+
+}  // namespace hangtrace

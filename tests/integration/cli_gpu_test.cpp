@@ -1,0 +1,141 @@
+// The GPU side end to end through the CLI, with the stub libcuda/libnccl
+// (tests/integration/gpu_stubs): a job stuck in cuCtxSynchronize, launched
+// under hangtrace (the uprobes see the call begin) and attached to afterwards
+// (a CUDA job gets a live window of its own; the stack shows the call).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "support.h"
+
+namespace hangtrace::testing {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const nlohmann::json* finding(const nlohmann::json& j, const std::string& kind) {
+  for (const auto& f : j["findings"])
+    if (f["kind"] == kind) return &f;
+  return nullptr;
+}
+
+// A FIFO the stub's cuCtxSynchronize reads from: opened read-write by the
+// job itself, it never sees end-of-file, so the synchronize never returns.
+struct Scratch {
+  std::filesystem::path dir;
+  Scratch() {
+    char tmpl[] = "/tmp/hangtrace-cli-gpu-XXXXXX";
+    dir = mkdtemp(tmpl);
+    mkfifo((dir / "sync").c_str(), 0600);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+// The job, its output in job.out. `wait_for_uprobes`: its calls wait until
+// the tracer's uprobes are in (launch mode finds the libraries when it next
+// reads the job's mappings, up to 500 ms after the dlopen).
+std::string job_command(const Scratch& s, bool wait_for_uprobes) {
+  return "exec 7<>" + s.path("sync") + "; HT_STUB_CUDA_SYNC_FD=7 " +
+         (wait_for_uprobes ? "HT_WAIT_FOR_UPROBES=1 " : "") + "exec " + repro_path("repro_gpu_calls") + " " +
+         HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY + " >" + s.path("job.out") + " 2>&1";
+}
+
+// Launch mode: the uprobes see the synchronize begin; --hang-after ends the
+// window while it is still in it.
+TEST(CliGpu, LaunchedJobStuckInSynchronizeIsAGpuWait) {
+  HANGTRACE_REQUIRE_BPF();
+  Scratch s;
+  std::string report = s.path("report.json");
+  CommandResult r = run_command({"sh", "-c",
+                                 "echo go | " + hangtrace_path() + " --hang-after 6 --json " + report +
+                                     " -- sh -c '" + job_command(s, true) + "'"},
+                                std::chrono::seconds(90));
+  auto j = nlohmann::json::parse(read_file(report), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  if (j.contains("target_pid") && j["target_pid"].get<int>() > 0) kill(j["target_pid"].get<int>(), SIGKILL);
+  EXPECT_NE(r.err.find("no progress for 6 s"), std::string::npos) << r.err;
+  const auto* wait = finding(j, "gpu-wait");
+  ASSERT_NE(wait, nullptr) << j.dump(1);
+  EXPECT_EQ((*wait)["details"]["call"], "cuCtxSynchronize");
+  EXPECT_EQ((*wait)["details"]["source"], "uprobe");
+  EXPECT_GE((*wait)["details"]["waited_s"].get<double>(), 5.0);
+  EXPECT_LT((*wait)["details"]["waited_s"].get<double>(), 30.0);
+
+  const auto& gpu = j["live"]["gpu"];
+  ASSERT_EQ(gpu["libraries"].size(), 2u) << gpu.dump(1);
+  const nlohmann::json* syncing = nullptr;
+  for (const auto& t : gpu["threads"])
+    if (t["in_call"] == "cuCtxSynchronize") syncing = &t;
+  ASSERT_NE(syncing, nullptr) << gpu.dump(1);
+  EXPECT_EQ((*syncing)["launches"], 105);  // 100 + 1 cuLaunchKernelEx + 4 inside NCCL calls
+  EXPECT_EQ((*syncing)["nccl_calls"], 5);
+  EXPECT_EQ((*syncing)["last_nccl_call"]["call"], "ncclSend");
+  EXPECT_EQ(gpu["cuda_pids"].size(), 1u);
+  // The NCCL calls and copies that returned are on the job's timeline.
+  int all_reduce = 0;
+  for (const auto& c : gpu["calls"]) all_reduce += c["call"] == "ncclAllReduce";
+  EXPECT_EQ(all_reduce, 3);
+  // No NVIDIA driver here: one line that says so, and nothing else changes.
+  EXPECT_NE(gpu["nvml"]["status"].get<std::string>().find("libnvidia-ml.so.1"), std::string::npos);
+}
+
+// Attached after the synchronize began: a CUDA job gets a short live window
+// without --duration, and the blocked thread's native stack shows the call.
+TEST(CliGpu, AttachedAfterTheSynchronizeBeganFindsItInTheStack) {
+  HANGTRACE_REQUIRE_BPF();
+  Scratch s;
+  std::string out = s.path("job.out");
+  CommandResult start =
+      run_command({"sh", "-c", "(echo go | sh -c '" + job_command(s, false) + "' &) ; echo started"});
+  ASSERT_EQ(start.exit_code, 0);
+  int pid = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string text;
+  while (std::chrono::steady_clock::now() < deadline) {
+    text = read_file(out);
+    if (text.find("syncing") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(text.find("syncing"), std::string::npos) << text;
+  sscanf(text.c_str(), "LOADED pid=%d", &pid);
+  ASSERT_GT(pid, 0) << text;
+  struct Reap {
+    int pid;
+    ~Reap() { kill(pid, SIGKILL); }
+  } reap{pid};
+  ASSERT_EQ(wait_until_blocked(pid), "") << describe_threads(pid);
+  auto synced_at = std::chrono::steady_clock::now();
+  // gpu-wait is for waits of 5 s or more: let this one reach that age.
+  std::this_thread::sleep_until(synced_at + std::chrono::seconds(5));
+
+  HangtraceRun run = run_hangtrace(pid);
+  ASSERT_FALSE(run.report.is_null()) << run.dump();
+  EXPECT_NE(run.cmd.err.find("uses CUDA: watching the GPU side for 3 s"), std::string::npos) << run.cmd.err;
+  const auto& gpu = run.report["live"]["gpu"];
+  EXPECT_EQ(gpu["cuda_pids"][0], pid) << gpu.dump(1);
+  EXPECT_EQ(gpu["libraries"].size(), 2u) << gpu.dump(1);
+  auto waits = run.findings("gpu-wait");
+  ASSERT_EQ(waits.size(), 1u) << run.dump();
+  EXPECT_EQ(waits[0]["details"]["source"], "native stack");
+  EXPECT_EQ(waits[0]["details"]["call"], "cuCtxSynchronize");
+  EXPECT_GE(waits[0]["details"]["waited_s"].get<double>(), 5.0);
+}
+
+}  // namespace
+}  // namespace hangtrace::testing

@@ -1,0 +1,211 @@
+// collective-wait: a rank inside a collective (all_reduce, barrier, ...)
+// while a peer rank of the same job is not, and what that peer does instead.
+// Works for any torch.distributed backend from the stacks (gloo over TCP,
+// NCCL), and for NCCL also from the uprobes' per-thread call counts.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "gpu_rules.h"
+#include "hangtrace/collectives.h"
+#include "hangtrace/gpu.h"
+
+namespace hangtrace {
+
+namespace {
+
+struct RankView {
+  const ProcessInfo* process = nullptr;
+  std::optional<CollectiveCall> call;  // the collective one of its threads is in
+  int tid = 0;                         // that thread
+  uint64_t nccl_calls = 0;             // NCCL collectives it made while traced (uprobes)
+  bool nccl_in_progress = false;
+};
+
+std::string rank_text(const ProcessInfo& p) {
+  return p.rank ? fmt::format("rank {} (pid {})", *p.rank, p.pid) : fmt::format("pid {}", p.pid);
+}
+
+// What a rank that is not in the collective is doing: its main thread's
+// innermost Python frame and its wait.
+std::string doing_text(const RuleContext& ctx, const ProcessInfo& p) {
+  const ThreadInfo* main = p.thread(p.pid);
+  if (!main && !p.threads.empty()) main = &p.threads.front();
+  if (!main) return "unknown";
+  std::string where;
+  for (const auto& f : main->python_stack) {
+    where = f.line ? fmt::format("{} ({}:{})", f.function, f.file, f.line) : f.function;
+    break;
+  }
+  std::string waits;
+  if (auto it = ctx.graph.threads.find(main->tid); it != ctx.graph.threads.end()) {
+    const ThreadWait& w = it->second;
+    waits = !w.summary.empty() ? w.summary : activity_name(w.activity);
+  }
+  if (where.empty()) return waits.empty() ? "unknown" : waits;
+  return waits.empty() ? "in " + where : fmt::format("in {}, {}", where, waits);
+}
+
+// The ranks of one job: processes whose environment names a rank; without
+// any, the processes the collective's sockets connect (gloo's full mesh).
+std::vector<const ProcessInfo*> job_ranks(const RuleContext& ctx, const ProcessInfo& waiting) {
+  std::vector<const ProcessInfo*> out;
+  for (const auto& p : ctx.snap.processes)
+    if (p.role != ProcessRole::Peer && p.rank &&
+        (!waiting.world_size || !p.world_size || *p.world_size == *waiting.world_size))
+      out.push_back(&p);
+  if (!out.empty()) return out;
+  std::set<uint64_t> mine;
+  for (const auto& fd : waiting.fds)
+    if (fd.kind == FdKind::Socket) mine.insert(fd.inode);
+  std::set<uint64_t> peers;
+  for (uint64_t inode : mine)
+    if (const SocketInfo* s = ctx.snap.socket(inode); s && s->peer_inode && !mine.count(s->peer_inode))
+      peers.insert(s->peer_inode);
+  out.push_back(&waiting);
+  for (const auto& p : ctx.snap.processes) {
+    if (p.pid == waiting.pid || p.role == ProcessRole::Peer) continue;
+    for (const auto& fd : p.fds)
+      if (fd.kind == FdKind::Socket && peers.count(fd.inode)) {
+        out.push_back(&p);
+        break;
+      }
+  }
+  return out.size() > 1 ? out : std::vector<const ProcessInfo*>{};
+}
+
+}  // namespace
+
+std::vector<Finding> collective_findings(const RuleContext& ctx) {
+  std::map<int, RankView> views;  // by pid
+  for (const auto& p : ctx.snap.processes) {
+    if (p.role == ProcessRole::Peer) continue;
+    RankView& v = views[p.pid];
+    v.process = &p;
+    for (const auto& t : p.threads)
+      if (auto c = collective_in_progress(p, t)) {
+        v.call = c;
+        v.tid = t.tid;
+        if (t.tid == p.pid) break;  // the main thread's is the one to name
+      }
+  }
+  if (ctx.live)
+    for (const auto& t : ctx.live->gpu.threads) {
+      auto it = views.find(t.pid);
+      if (it == views.end()) continue;
+      RankView& v = it->second;
+      v.nccl_calls = std::max(v.nccl_calls, t.collectives);
+      if (gpu_fn_is_nccl_transfer(t.in_fn)) {
+        v.nccl_in_progress = true;
+        if (!v.call) {
+          std::string op = gpu_fn_name(t.in_fn);
+          v.call = CollectiveCall{op, "nccl", fmt::format("uprobe: in {} #{}", op, t.collectives)};
+          v.tid = t.tid;
+        }
+      }
+    }
+
+  std::vector<Finding> out;
+  std::set<int> reported;
+  for (const auto& [pid, v] : views) {
+    if (!v.call || reported.count(pid)) continue;
+    std::vector<const ProcessInfo*> ranks = job_ranks(ctx, *v.process);
+    if (ranks.size() < 2) continue;
+    std::vector<const RankView*> waiting, absent;
+    for (const ProcessInfo* r : ranks) {
+      const RankView& rv = views[r->pid];
+      (rv.call ? waiting : absent).push_back(&rv);
+    }
+    // NCCL collectives are asynchronous: a rank may have left the call and
+    // wait in a synchronize. Fewer calls than a waiting rank made means it
+    // never issued the one the others are in.
+    uint64_t most = 0;
+    for (const RankView* w : waiting) most = std::max(most, w->nccl_calls);
+    if (absent.empty() && most) {
+      for (const RankView* w : waiting)
+        if (w->nccl_calls < most && !w->nccl_in_progress) absent.push_back(w);
+      std::erase_if(waiting, [&](const RankView* w) {
+        return std::find(absent.begin(), absent.end(), w) != absent.end();
+      });
+    }
+    if (waiting.empty() || absent.empty()) continue;
+
+    Finding f;
+    f.kind = "collective-wait";
+    f.rank = 4;
+    const CollectiveCall& call = *waiting.front()->call;
+    double waited = 0;
+    nlohmann::json waiting_json = nlohmann::json::array(), absent_json = nlohmann::json::array();
+    std::vector<std::string> waiting_names, absent_names;
+    for (const RankView* w : waiting) {
+      reported.insert(w->process->pid);
+      f.pids.push_back(w->process->pid);
+      f.tids.push_back(w->tid);
+      std::optional<double> blocked;
+      if (auto it = ctx.graph.threads.find(w->tid); it != ctx.graph.threads.end())
+        blocked = it->second.blocked_s;
+      if (blocked) waited = std::max(waited, *blocked);
+      nlohmann::json j = {{"pid", w->process->pid}, {"tid", w->tid}, {"evidence", w->call->evidence}};
+      if (!w->call->backend_evidence.empty()) j["backend_evidence"] = w->call->backend_evidence;
+      j["rank"] = w->process->rank ? nlohmann::json(*w->process->rank) : nlohmann::json(nullptr);
+      if (blocked) j["blocked_s"] = *blocked;
+      if (w->nccl_calls) j["nccl_calls"] = w->nccl_calls;
+      waiting_json.push_back(j);
+      waiting_names.push_back(rank_text(*w->process));
+      f.evidence.push_back(
+          fmt::format("{} is in {}: {}", ctx.thread_label(w->tid), w->call->op, w->call->evidence));
+      if (!w->call->backend_evidence.empty()) f.evidence.push_back("backend: " + w->call->backend_evidence);
+    }
+    for (const RankView* a : absent) {
+      reported.insert(a->process->pid);
+      f.pids.push_back(a->process->pid);
+      std::string doing = doing_text(ctx, *a->process);
+      nlohmann::json j = {{"pid", a->process->pid}, {"doing", doing}};
+      j["rank"] = a->process->rank ? nlohmann::json(*a->process->rank) : nlohmann::json(nullptr);
+      if (a->nccl_calls) {
+        j["nccl_calls"] = a->nccl_calls;
+        f.evidence.push_back(fmt::format("{} made {} NCCL calls while traced, the waiting ranks up to {}",
+                                         rank_text(*a->process), a->nccl_calls, most));
+      }
+      absent_json.push_back(j);
+      absent_names.push_back(rank_text(*a->process));
+      f.evidence.push_back(fmt::format("{} is not in any collective: {}", rank_text(*a->process), doing));
+      f.tids.push_back(a->process->pid);
+    }
+    std::string backend = call.backend.empty() ? "" : fmt::format(" ({})", call.backend);
+    f.summary =
+        fmt::format("{} wait{} in {}{} for {}, which {} not in it: {}", fmt::join(waiting_names, ", "),
+                    waiting.size() > 1 ? "" : "s", call.op, backend, fmt::join(absent_names, ", "),
+                    absent.size() > 1 ? "are" : "is", doing_text(ctx, *absent.front()->process));
+    const RankView& first = *waiting.front();
+    f.chain.push_back({ctx.thread_label(first.tid), "waits in", call.op + backend});
+    f.chain.push_back({call.op, "needs", fmt::format("{}", fmt::join(absent_names, ", "))});
+    f.chain.push_back({absent_names.front(), "is instead", doing_text(ctx, *absent.front()->process)});
+    f.chain_tids = {first.tid};
+    f.severity = waited >= ctx.opt.stall_after_s || waited == 0 ? Severity::Critical : Severity::Warning;
+    // Ranks named by their environment and the absent one seen outside any
+    // collective: certain. Ranks inferred from sockets: probable.
+    bool ranks_known = std::all_of(absent.begin(), absent.end(), [](auto* a) { return a->process->rank; });
+    f.confidence = ranks_known ? Confidence::Certain : Confidence::Probable;
+    f.details = {{"collective", call.op},
+                 {"backend", call.backend},
+                 {"waiting", waiting_json},
+                 {"absent", absent_json},
+                 {"waited_s", waited}};
+    f.advice = {
+        "Every rank must make the same collectives in the same order: a rank that runs out of batches "
+        "early (uneven data per rank) skips the last ones. Use a DistributedSampler with drop_last=True, "
+        "or torch.distributed.algorithms.Join / model.join() for uneven inputs.",
+        "Collectives behind a rank-dependent condition (if rank == 0: ... all_reduce) deadlock the same way: "
+        "make every rank take the same path.",
+        "Set a timeout on init_process_group (and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 / "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL) so a missing rank fails fast with its name instead of hanging.",
+    };
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace hangtrace

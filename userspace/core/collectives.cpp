@@ -1,0 +1,271 @@
+#include "hangtrace/collectives.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <charconv>
+#include <vector>
+
+namespace hangtrace {
+
+namespace {
+
+std::optional<int> parse_non_negative(std::string_view text) {
+  if (text.empty() || text.size() > 9) return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+// The public collectives of torch/distributed/distributed_c10d.py (1.x and
+// 2.x names, including the deprecated ones): a Python frame in one of them
+// means the thread is inside that collective, usually in Work.wait().
+constexpr std::array<std::string_view, 29> kPythonCollectives = {
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_reduce_multigpu",
+    "reduce",
+    "reduce_multigpu",
+    "broadcast",
+    "broadcast_multigpu",
+    "broadcast_object_list",
+    "all_gather",
+    "all_gather_multigpu",
+    "all_gather_into_tensor",
+    "_all_gather_base",
+    "all_gather_coalesced",
+    "all_gather_object",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "reduce_scatter",
+    "reduce_scatter_multigpu",
+    "reduce_scatter_tensor",
+    "_reduce_scatter_base",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "send",
+    "recv",
+    "_store_based_barrier",
+};
+
+bool is_python_collective(std::string_view function) {
+  // 3.11+ frames carry the qualified name; module-level functions have none.
+  for (auto name : kPythonCollectives)
+    if (function == name) return true;
+  return false;
+}
+
+// "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py" ->
+// "torch/distributed/distributed_c10d.py": the part a reader recognizes.
+std::string short_python_path(std::string_view file) {
+  auto at = file.rfind("/torch/");
+  if (at != std::string_view::npos) return std::string(file.substr(at + 1));
+  return std::string(file);
+}
+
+std::string module_name(std::string_view path) {
+  auto slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+// Demangled names carry the parameter list (and for templates a return type):
+// match on the part before the parameters. "(anonymous namespace)" is part
+// of the name, not a parameter list.
+std::string_view without_parameters(std::string_view function) {
+  constexpr std::string_view kAnonymous = "(anonymous namespace)";
+  size_t from = 0;
+  while (true) {
+    auto paren = function.find('(', from);
+    if (paren == std::string_view::npos) return function;
+    if (function.substr(paren, kAnonymous.size()) != kAnonymous) return function.substr(0, paren);
+    from = paren + kAnonymous.size();
+  }
+}
+
+std::string backend_of(const UserFrame& frame) {
+  std::string_view name = without_parameters(frame.function);
+  // torch's own libraries export only their dynamic symbols; gloo's
+  // algorithms live in libgloo.so (or linked into libtorch_cpu).
+  if (contains(name, "ProcessGroupGloo") || contains(name, "gloo::") ||
+      starts_with(module_name(frame.file), "libgloo"))
+    return "gloo";
+  // NCCL's API functions are also exported as pnccl* (the profiling aliases).
+  if (contains(name, "ProcessGroupNCCL") || starts_with(name, "nccl") || starts_with(name, "pnccl") ||
+      starts_with(module_name(frame.file), "libnccl"))
+    return "nccl";
+  return "";
+}
+
+struct NativeOp {
+  std::string_view marker;  // part of the symbol, before its parameters
+  std::string_view op;
+  std::string_view backend;
+};
+
+// Symbols that name the algorithm a native backend thread runs: gloo's
+// collective entry points and ProcessGroupGloo's work classes (gloo runs each
+// collective on a worker thread that has no Python frames), and NCCL's API.
+// Only these: gloo's transport internals (Pair::recv, UnboundBuffer::waitRecv)
+// sit inside any collective and would name the wrong one.
+constexpr std::array<NativeOp, 31> kNativeOps = {{
+    {"AsyncAllreduceCoalescedWork", "all_reduce_coalesced", "gloo"},
+    {"AsyncSparseAllreduceWork", "all_reduce", "gloo"},
+    {"AsyncAllreduceWork", "all_reduce", "gloo"},
+    {"AsyncBroadcastWork", "broadcast", "gloo"},
+    {"AsyncReduceWork", "reduce", "gloo"},
+    {"AsyncAllgatherCoalescedWork", "all_gather_coalesced", "gloo"},
+    {"AsyncAllgatherWork", "all_gather", "gloo"},
+    {"AsyncGatherWork", "gather", "gloo"},
+    {"AsyncScatterWork", "scatter", "gloo"},
+    {"AsyncAlltoallWork", "all_to_all", "gloo"},
+    {"AsyncBarrierWork", "barrier", "gloo"},
+    {"AsyncReduceScatterWork", "reduce_scatter", "gloo"},
+    {"gloo::allreduce", "all_reduce", "gloo"},
+    {"gloo::broadcast", "broadcast", "gloo"},
+    {"gloo::reduce", "reduce", "gloo"},
+    {"gloo::allgatherv", "all_gather", "gloo"},
+    {"gloo::allgather", "all_gather", "gloo"},
+    {"gloo::gatherv", "gather", "gloo"},
+    {"gloo::gather", "gather", "gloo"},
+    {"gloo::scatter", "scatter", "gloo"},
+    {"gloo::alltoallv", "all_to_all", "gloo"},
+    {"gloo::alltoall", "all_to_all", "gloo"},
+    {"gloo::barrier", "barrier", "gloo"},
+    {"ncclAllReduce", "all_reduce", "nccl"},
+    {"ncclBroadcast", "broadcast", "nccl"},
+    {"ncclReduceScatter", "reduce_scatter", "nccl"},
+    {"ncclReduce", "reduce", "nccl"},
+    {"ncclAllGather", "all_gather", "nccl"},
+    {"ncclSend", "send", "nccl"},
+    {"ncclRecv", "recv", "nccl"},
+    {"ncclBcast", "broadcast", "nccl"},
+}};
+
+const NativeOp* native_op(const UserFrame& frame) {
+  std::string_view name = without_parameters(frame.function);
+  for (const auto& entry : kNativeOps) {
+    auto at = name.find(entry.marker);
+    if (at == std::string_view::npos) continue;
+    // "gloo::reduce" must not match "gloo::reduce_scatter"; class names are
+    // followed by "::", free functions by "<" or the end.
+    size_t after = at + entry.marker.size();
+    if (after < name.size() && name[after] != ':' && name[after] != '<') continue;
+    return &entry;
+  }
+  return nullptr;
+}
+
+std::string native_evidence(const UserFrame& frame) {
+  std::string_view name = without_parameters(frame.function);
+  std::string module = module_name(frame.file);
+  if (module.empty()) return fmt::format("native: {}", name);
+  return fmt::format("native: {} ({})", name, module);
+}
+
+// Frames only seen while a collective is being carried out, not in a
+// backend's idle threads.
+bool is_active_backend_frame(const UserFrame& frame) {
+  std::string_view name = without_parameters(frame.function);
+  constexpr std::array<std::string_view, 7> kActive = {
+      "ProcessGroupGloo::AsyncWork::execute", "ProcessGroupGloo::SendWork::wait",
+      "ProcessGroupGloo::RecvWork::wait",     "gloo::transport::tcp::UnboundBuffer::wait",
+      "gloo::transport::tcp::Pair::",         "ProcessGroupNCCL::WorkNCCL::",
+      "ProcessGroupNCCL::collective",
+  };
+  for (auto marker : kActive)
+    if (contains(name, marker)) return true;
+  return native_op(frame) != nullptr;
+}
+
+}  // namespace
+
+RankIdentity parse_rank_environment(std::string_view environ_bytes) {
+  RankIdentity identity;
+  while (!environ_bytes.empty()) {
+    auto end = environ_bytes.find('\0');
+    std::string_view entry = environ_bytes.substr(0, end);
+    environ_bytes = end == std::string_view::npos ? std::string_view() : environ_bytes.substr(end + 1);
+    auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view key = entry.substr(0, eq), value = entry.substr(eq + 1);
+    std::optional<int>* slot = key == "RANK"         ? &identity.rank
+                               : key == "WORLD_SIZE" ? &identity.world_size
+                               : key == "LOCAL_RANK" ? &identity.local_rank
+                                                     : nullptr;
+    // With duplicate entries getenv() returns the first, so that is the one
+    // the process itself saw.
+    if (slot && !*slot) *slot = parse_non_negative(value);
+  }
+  return identity;
+}
+
+std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread) {
+  std::string backend;
+  const NativeOp* op_from_native = nullptr;
+  const UserFrame* op_frame = nullptr;
+  for (const auto& frame : thread.native_stack) {
+    if (frame.kind != UserFrame::Kind::Native) continue;
+    const NativeOp* op = op_from_native ? nullptr : native_op(frame);
+    if (op) {
+      op_from_native = op;
+      op_frame = &frame;
+    }
+    if (backend.empty()) backend = op ? std::string(op->backend) : backend_of(frame);
+  }
+  for (const auto& frame : thread.python_stack) {
+    if (!ends_with(frame.file, "distributed_c10d.py") || !is_python_collective(frame.function)) continue;
+    std::string op = frame.function == "_store_based_barrier" ? "barrier" : frame.function;
+    std::string where = short_python_path(frame.file);
+    std::string evidence = frame.line > 0 ? fmt::format("py: {} ({}:{})", frame.function, where, frame.line)
+                                          : fmt::format("py: {} ({})", frame.function, where);
+    return CollectiveCall{std::move(op), backend, std::move(evidence)};
+  }
+  if (op_from_native)
+    return CollectiveCall{std::string(op_from_native->op), backend, native_evidence(*op_frame)};
+  return std::nullopt;
+}
+
+std::string collective_backend(const ProcessInfo& process, std::string* evidence) {
+  struct Seen {
+    std::string backend, evidence;
+  };
+  std::vector<Seen> active, present;
+  auto note = [](std::vector<Seen>& seen, const std::string& backend, const UserFrame& frame, int tid) {
+    for (const auto& s : seen)
+      if (s.backend == backend) return;
+    seen.push_back({backend, fmt::format("{} in thread {}", native_evidence(frame), tid)});
+  };
+  for (const auto& t : process.threads)
+    for (const auto& frame : t.native_stack) {
+      if (frame.kind != UserFrame::Kind::Native) continue;
+      const NativeOp* op = native_op(frame);
+      std::string backend = op ? std::string(op->backend) : backend_of(frame);
+      if (backend.empty()) continue;
+      note(is_active_backend_frame(frame) ? active : present, backend, frame, t.tid);
+    }
+  const std::vector<Seen>& decides = active.empty() ? present : active;
+  if (decides.size() != 1) return "";
+  if (evidence) *evidence = decides[0].evidence;
+  return decides[0].backend;
+}
+
+std::optional<CollectiveCall> collective_in_progress(const ProcessInfo& process, const ThreadInfo& thread) {
+  auto call = collective_in_progress(thread);
+  if (call && call->backend.empty()) call->backend = collective_backend(process, &call->backend_evidence);
+  return call;
+}
+
+}  // namespace hangtrace

@@ -1,0 +1,147 @@
+#include "records.h"
+
+#include <cctype>
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+namespace hangtrace::cupti {
+
+// bpf/cupti.bpf.c copies this many bytes; decode_event checks size and version.
+static_assert(sizeof(ht_gpu_activity) == 184);
+static_assert(offsetof(ht_gpu_activity, bytes) == 56);
+static_assert(offsetof(ht_gpu_activity, name) == 88);
+
+namespace {
+
+ht_gpu_activity blank(uint16_t kind) {
+  ht_gpu_activity a{};
+  a.version = HT_GPU_ACTIVITY_VERSION;
+  a.kind = kind;
+  a.size = sizeof(ht_gpu_activity);
+  return a;
+}
+
+void set_times(ht_gpu_activity& a, uint64_t start, uint64_t end, const GpuClock& clock) {
+  a.start_ns = clock.to_monotonic(start);
+  a.end_ns = clock.to_monotonic(end);
+}
+
+// Grid and block sizes are int32 in CUPTI but never negative.
+uint32_t dim(int32_t v) { return v < 0 ? 0 : static_cast<uint32_t>(v); }
+
+}  // namespace
+
+void set_name(ht_gpu_activity& a, std::string_view text) {
+  size_t n = std::min(text.size(), sizeof a.name - 1);
+  std::memcpy(a.name, text.data(), n);
+  std::memset(a.name + n, 0, sizeof a.name - n);
+}
+
+std::string api_name(CUpti_ActivityKind kind, uint32_t cbid) {
+  CUpti_CallbackDomain domain =
+      kind == CUPTI_ACTIVITY_KIND_DRIVER ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
+  const char* name = nullptr;
+  if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) return {};
+  std::string out = name;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    size_t v = out.rfind("_v");
+    if (v != std::string::npos && out.size() - v >= 6) {
+      bool digits = true;
+      for (size_t i = v + 2; i < out.size(); ++i)
+        digits = digits && std::isdigit(static_cast<unsigned char>(out[i]));
+      if (digits) out.resize(v);
+    }
+  }
+  return out;
+}
+
+std::optional<ht_gpu_activity> convert_record(const CUpti_Activity& rec, const GpuClock& clock) {
+  switch (rec.kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const auto& k = reinterpret_cast<const CUpti_ActivityKernel10&>(rec);
+      ht_gpu_activity a = blank(HT_GPU_ACT_KERNEL);
+      set_times(a, k.start, k.end, clock);
+      a.correlation_id = k.correlationId;
+      a.device_id = k.deviceId;
+      a.context_id = k.contextId;
+      a.stream_id = k.streamId;
+      a.detail = k.registersPerThread;
+      a.grid[0] = dim(k.gridX);
+      a.grid[1] = dim(k.gridY);
+      a.grid[2] = dim(k.gridZ);
+      a.block[0] = dim(k.blockX);
+      a.block[1] = dim(k.blockY);
+      a.block[2] = dim(k.blockZ);
+      set_name(a, k.name ? std::string_view(k.name) : std::string_view());
+      return a;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const auto& m = reinterpret_cast<const CUpti_ActivityMemcpy6&>(rec);
+      ht_gpu_activity a = blank(HT_GPU_ACT_MEMCPY);
+      set_times(a, m.start, m.end, clock);
+      a.correlation_id = m.correlationId;
+      a.device_id = m.deviceId;
+      a.context_id = m.contextId;
+      a.stream_id = m.streamId;
+      a.detail = m.copyKind;
+      a.bytes = m.bytes;
+      return a;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const auto& m = reinterpret_cast<const CUpti_ActivityMemset4&>(rec);
+      ht_gpu_activity a = blank(HT_GPU_ACT_MEMSET);
+      set_times(a, m.start, m.end, clock);
+      a.correlation_id = m.correlationId;
+      a.device_id = m.deviceId;
+      a.context_id = m.contextId;
+      a.stream_id = m.streamId;
+      a.detail = m.value;
+      a.bytes = m.bytes;
+      return a;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+      const auto& s = reinterpret_cast<const CUpti_ActivitySynchronization2&>(rec);
+      ht_gpu_activity a = blank(HT_GPU_ACT_SYNC);
+      set_times(a, s.start, s.end, clock);
+      a.correlation_id = s.correlationId;
+      a.context_id = s.contextId;
+      // CUPTI_SYNCHRONIZATION_INVALID_VALUE for context-wide waits.
+      a.stream_id = s.streamId;
+      a.detail = s.type;
+      return a;
+    }
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+    case CUPTI_ACTIVITY_KIND_RUNTIME: {
+      const auto& api = reinterpret_cast<const CUpti_ActivityAPI&>(rec);
+      ht_gpu_activity a =
+          blank(rec.kind == CUPTI_ACTIVITY_KIND_DRIVER ? HT_GPU_ACT_DRIVER_API : HT_GPU_ACT_RUNTIME_API);
+      set_times(a, api.start, api.end, clock);
+      a.correlation_id = api.correlationId;
+      a.pid = api.processId;
+      a.tid = api.threadId;
+      a.detail = api.cbid;
+      set_name(a, api_name(rec.kind, api.cbid));
+      return a;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+ht_gpu_activity status_record(std::string_view text) {
+  ht_gpu_activity a = blank(HT_GPU_ACT_STATUS);
+  set_name(a, text);
+  return a;
+}
+
+ht_gpu_activity clock_record(const ClockPoint& point) {
+  ht_gpu_activity a = blank(HT_GPU_ACT_CLOCK);
+  a.start_ns = point.mono_ns;
+  a.end_ns = point.cupti_ns;
+  a.bytes = point.uncertainty_ns;
+  return a;
+}
+
+}  // namespace hangtrace::cupti
