@@ -50,10 +50,10 @@ struct Scratch {
 // The job, its output in job.out. `wait_for_uprobes`: its calls wait until
 // the tracer's uprobes are in (launch mode finds the libraries when it next
 // reads the job's mappings, up to 500 ms after the dlopen).
-std::string job_command(const Scratch& s, bool wait_for_uprobes) {
+std::string job_command(const Scratch& s, bool wait_for_uprobes, const std::string& env = "") {
   return "exec 7<>" + s.path("sync") + "; HT_STUB_CUDA_SYNC_FD=7 " +
-         (wait_for_uprobes ? "HT_WAIT_FOR_UPROBES=1 " : "") + "exec " + repro_path("repro_gpu_calls") + " " +
-         HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY + " >" + s.path("job.out") + " 2>&1";
+         (wait_for_uprobes ? "HT_WAIT_FOR_UPROBES=1 " : "") + env + "exec " + repro_path("repro_gpu_calls") +
+         " " + HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY + " >" + s.path("job.out") + " 2>&1";
 }
 
 // Launch mode: the uprobes see the synchronize begin; --hang-after ends the
@@ -93,6 +93,38 @@ TEST(CliGpu, LaunchedJobStuckInSynchronizeIsAGpuWait) {
   EXPECT_EQ(all_reduce, 3);
   // No NVIDIA driver here: one line that says so, and nothing else changes.
   EXPECT_NE(gpu["nvml"]["status"].get<std::string>().find("libnvidia-ml.so.1"), std::string::npos);
+}
+
+// The seed's "GPU memory full, 0% utilization": the thread that launched
+// every kernel now waits on the host, and the GPU (NVML, here the stub
+// library with a script) is idle.
+TEST(CliGpu, IdleGpuWhoseFeederWaitsOnTheHostIsStarved) {
+  HANGTRACE_REQUIRE_BPF();
+  Scratch s;
+  std::string report = s.path("report.json"), nvml_script = s.path("nvml.txt");
+  std::ofstream(nvml_script) << "devices 1\nname 0 NVIDIA H200\nutil 0 0 0\npower 0 71000\n"
+                                "memory 0 75161927680 150323855360\n";
+  CommandResult r = run_command(
+      {"sh", "-c",
+       "echo go | HANGTRACE_NVML_LIBRARY=" + std::string(HT_STUB_NVML_LIBRARY) +
+           " HT_STUB_NVML_SCRIPT=" + nvml_script + " " + hangtrace_path() + " --hang-after 4 --json " +
+           report + " -- sh -c '" + job_command(s, true, "HT_STARVE_ON_FD=7 ") + "'"},
+      std::chrono::seconds(90));
+  auto j = nlohmann::json::parse(read_file(report), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  if (j.contains("target_pid") && j["target_pid"].get<int>() > 0) kill(j["target_pid"].get<int>(), SIGKILL);
+  const auto* starved = finding(j, "gpu-starved");
+  ASSERT_NE(starved, nullptr) << j["findings"].dump(1) << j["live"]["gpu"].dump(1);
+  int job = j["target_pid"].get<int>();
+  EXPECT_EQ((*starved)["details"]["feeder_tid"], job);  // the thread with the 105 launches
+  ASSERT_FALSE((*starved)["chain"].empty());
+  EXPECT_EQ((*starved)["chain"][0]["from"], "GPU");
+  std::string evidence = (*starved)["evidence"].dump();
+  EXPECT_NE(evidence.find("NVML: GPU 0 (NVIDIA H200) utilization at most 0%"), std::string::npos) << evidence;
+  EXPECT_NE(evidence.find("launched 105 kernels"), std::string::npos) << evidence;
+  EXPECT_EQ(finding(j, "gpu-wait"), nullptr);  // it waits on the host, not on the GPU
+  EXPECT_EQ(j["live"]["gpu"]["nvml"]["status"], "");
+  EXPECT_EQ(j["live"]["gpu"]["nvml"]["devices"][0]["name"], "NVIDIA H200");
 }
 
 // Attached after the synchronize began: a CUDA job gets a short live window

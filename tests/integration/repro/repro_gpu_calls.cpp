@@ -7,7 +7,8 @@
 // Prints "LOADED pid=N tid=N" once the libraries are mapped, waits for a "go"
 // line on stdin, makes its calls, then (stubs) prints "syncing" and calls
 // cuCtxSynchronize -- which the stub holds until HT_STUB_CUDA_SYNC_FD gives
-// it a byte -- and prints "done".
+// it a byte -- and prints "done" (with HT_STARVE_ON_FD: "starving", then it
+// reads that fd instead of synchronizing).
 #include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -161,6 +162,15 @@ int main(int argc, char** argv) {
   send(host, 256, kNcclInt32, 1, comm, stream);
   group_end();  // one group left open, as a rank stuck before its ncclGroupEnd
 
+  // HT_STARVE_ON_FD: instead of waiting for the GPU, the thread that fed it
+  // waits on the host (a read that never returns), and the GPU goes idle.
+  if (const char* fd = std::getenv("HT_STARVE_ON_FD")) {
+    say("starving");
+    char c;
+    ssize_t n = read(std::atoi(fd), &c, 1);
+    std::printf("done read=%zd\n", n);
+    return 0;
+  }
   say("syncing");
   ctx_synchronize();
   say("done");
