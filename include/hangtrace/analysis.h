@@ -131,6 +131,7 @@ struct AnalysisOptions {
   double gpu_wait_critical_s = 60.0;  // ... and a critical one from here
   unsigned gpu_idle_util_pct = 5;     // NVML utilization at or under this is an idle GPU
   double gpu_idle_quiet_s = 2.0;      // no kernel / copy / launch for this long is an idle GPU
+  double gpu_idle_recent_s = 5.0;     // NVML: idle is judged on the samples of the window's last seconds
 };
 
 struct Verdict {

@@ -253,6 +253,28 @@ TEST(GpuStarved, IdleGpuWhoseFeederWaitsOnALock) {
   EXPECT_NE(f->summary.find("the thread that feeds it"), std::string::npos);
 }
 
+// Launch mode's window spans the whole run: the GPU was busy before the
+// feeder blocked, idle since.
+TEST(GpuStarved, IdlenessIsJudgedOnTheEndOfALongWindow) {
+  Snapshot s =
+      snapshot(100,
+               {process(100, 1, ProcessRole::Target,
+                        {blocked_thread(100, "python3", 30, 61), blocked_thread(101, "feeder", 20)})},
+               95 * kSec);
+  LiveObservation o = starved_window(0);
+  o.start_ns = 40 * kSec;
+  o.duration_s = 60;
+  for (uint64_t t = 41; t <= 80; ++t) o.gpu.nvml.push_front(nvml(t * kSec, 98));
+  std::sort(o.gpu.nvml.begin(), o.gpu.nvml.end(), [](auto& a, auto& b) { return a.ts_ns < b.ts_ns; });
+  Diagnosis d = diagnose(s, {}, &o);
+  const Finding* f = find_kind(d, "gpu-starved");
+  ASSERT_NE(f, nullptr) << d.verdict.summary;
+  bool nvml_line = false;
+  for (const auto& e : f->evidence)
+    nvml_line |= e.find("utilization at most 0% in 5 samples over the last 5.0 s") != std::string::npos;
+  EXPECT_TRUE(nvml_line) << nlohmann::json(f->evidence).dump(1);
+}
+
 TEST(GpuStarved, NotWhenTheGpuIsBusy) {
   Snapshot s =
       snapshot(100,

@@ -80,12 +80,15 @@ IdleReading gpu_idle(const RuleContext& ctx) {
   const GpuObservation& g = live->gpu;
   uint64_t end = observed_until_ns(ctx);
   double window_s = live->duration_s;
-  // NVML: the devices' utilization over the window.
+  // NVML: the devices' utilization over the end of the window (a long
+  // window, as in launch mode, holds the busy time before the stall too).
+  uint64_t recent_ns = static_cast<uint64_t>(ctx.opt.gpu_idle_recent_s * 1e9);
+  uint64_t recent_from = std::max(live->start_ns, end > recent_ns ? end - recent_ns : 0);
   if (!g.nvml.empty()) {
     std::map<unsigned, std::pair<unsigned, unsigned>> max_and_count;  // device -> (max util, samples)
     std::map<unsigned, NvmlSample> last;
     for (const auto& s : g.nvml) {
-      if (s.ts_ns < live->start_ns || !s.has_utilization) continue;
+      if (s.ts_ns < recent_from || !s.has_utilization) continue;
       auto& [mx, n] = max_and_count[s.device];
       mx = std::max(mx, s.gpu_util_pct);
       ++n;
@@ -99,9 +102,10 @@ IdleReading gpu_idle(const RuleContext& ctx) {
         if (d.index == dev) name = d.name;
       bool idle = mc.first <= ctx.opt.gpu_idle_util_pct;
       if (!idle) r.idle = false;
-      r.evidence.push_back(fmt::format("NVML: GPU {}{} utilization at most {}% in {} samples over {}{}", dev,
-                                       name.empty() ? "" : " (" + name + ")", mc.first, mc.second,
-                                       seconds(window_s), power_and_memory(s)));
+      r.evidence.push_back(
+          fmt::format("NVML: GPU {}{} utilization at most {}% in {} samples over the last {}{}", dev,
+                      name.empty() ? "" : " (" + name + ")", mc.first, mc.second,
+                      seconds((end - recent_from) / 1e9), power_and_memory(s)));
     }
   }
   // CUPTI: when the device last did anything.
