@@ -18,19 +18,6 @@
 namespace hangtrace::testing {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const nlohmann::json* finding(const nlohmann::json& j, const std::string& kind) {
-  for (const auto& f : j["findings"])
-    if (f["kind"] == kind) return &f;
-  return nullptr;
-}
-
 // A FIFO the stub's cuCtxSynchronize reads from: opened read-write by the
 // job itself, it never sees end-of-file, so the synchronize never returns.
 struct Scratch {
@@ -66,11 +53,11 @@ TEST(CliGpu, LaunchedJobStuckInSynchronizeIsAGpuWait) {
                                  "echo go | " + hangtrace_path() + " --hang-after 6 --json " + report +
                                      " -- sh -c '" + job_command(s, true) + "'"},
                                 std::chrono::seconds(90));
-  auto j = nlohmann::json::parse(read_file(report), nullptr, false);
+  auto j = nlohmann::json::parse(read_text_file(report), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
   if (j.contains("target_pid") && j["target_pid"].get<int>() > 0) kill(j["target_pid"].get<int>(), SIGKILL);
   EXPECT_NE(r.err.find("no progress for 6 s"), std::string::npos) << r.err;
-  const auto* wait = finding(j, "gpu-wait");
+  const auto* wait = find_finding(j, "gpu-wait");
   ASSERT_NE(wait, nullptr) << j.dump(1);
   EXPECT_EQ((*wait)["details"]["call"], "cuCtxSynchronize");
   EXPECT_EQ((*wait)["details"]["source"], "uprobe");
@@ -110,10 +97,10 @@ TEST(CliGpu, IdleGpuWhoseFeederWaitsOnTheHostIsStarved) {
            " HT_STUB_NVML_SCRIPT=" + nvml_script + " " + hangtrace_path() + " --hang-after 4 --json " +
            report + " -- sh -c '" + job_command(s, true, "HT_STARVE_ON_FD=7 ") + "'"},
       std::chrono::seconds(90));
-  auto j = nlohmann::json::parse(read_file(report), nullptr, false);
+  auto j = nlohmann::json::parse(read_text_file(report), nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
   if (j.contains("target_pid") && j["target_pid"].get<int>() > 0) kill(j["target_pid"].get<int>(), SIGKILL);
-  const auto* starved = finding(j, "gpu-starved");
+  const auto* starved = find_finding(j, "gpu-starved");
   ASSERT_NE(starved, nullptr) << j["findings"].dump(1) << j["live"]["gpu"].dump(1);
   int job = j["target_pid"].get<int>();
   EXPECT_EQ((*starved)["details"]["feeder_tid"], job);  // the thread with the 105 launches
@@ -122,7 +109,7 @@ TEST(CliGpu, IdleGpuWhoseFeederWaitsOnTheHostIsStarved) {
   std::string evidence = (*starved)["evidence"].dump();
   EXPECT_NE(evidence.find("NVML: GPU 0 (NVIDIA H200) utilization at most 0%"), std::string::npos) << evidence;
   EXPECT_NE(evidence.find("launched 105 kernels"), std::string::npos) << evidence;
-  EXPECT_EQ(finding(j, "gpu-wait"), nullptr);  // it waits on the host, not on the GPU
+  EXPECT_EQ(find_finding(j, "gpu-wait"), nullptr);  // it waits on the host, not on the GPU
   EXPECT_EQ(j["live"]["gpu"]["nvml"]["status"], "");
   EXPECT_EQ(j["live"]["gpu"]["nvml"]["devices"][0]["name"], "NVIDIA H200");
 }
@@ -140,7 +127,7 @@ TEST(CliGpu, AttachedAfterTheSynchronizeBeganFindsItInTheStack) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   std::string text;
   while (std::chrono::steady_clock::now() < deadline) {
-    text = read_file(out);
+    text = read_text_file(out);
     if (text.find("syncing") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -23,26 +23,13 @@ nlohmann::json parse(const CommandResult& r) {
   return j;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const nlohmann::json* finding(const nlohmann::json& j, const std::string& kind) {
-  for (const auto& f : j["findings"])
-    if (f["kind"] == kind) return &f;
-  return nullptr;
-}
-
 TEST(CliLive, LaunchedJobKilledBySigbusIsReported) {
   HANGTRACE_REQUIRE_BPF();
   auto r = run_command({hangtrace_path(), "--json", "-", "--", "/bin/sh", "-c", "kill -BUS $$"});
   ASSERT_EQ(r.exit_code, 2) << r.err;
   auto j = parse(r);
   EXPECT_EQ(j["verdict"]["status"], "killed");
-  const auto* f = finding(j, "process-killed");
+  const auto* f = find_finding(j, "process-killed");
   ASSERT_NE(f, nullptr) << j.dump(1);
   EXPECT_EQ((*f)["details"]["signal"], 7);
   EXPECT_EQ((*f)["details"]["pid"], j["target_pid"]);
@@ -66,7 +53,7 @@ TEST(CliLive, ForkedChildKilledBySiblingNamesTheSender) {
                         "sleep 30 & child=$!; kill -TERM $child; wait $child; exit 0"});
   ASSERT_EQ(r.exit_code, 2) << r.err << r.out;
   auto j = parse(r);
-  const auto* f = finding(j, "process-killed");
+  const auto* f = find_finding(j, "process-killed");
   ASSERT_NE(f, nullptr) << j.dump(1);
   EXPECT_EQ((*f)["details"]["signal"], 15);
   EXPECT_EQ((*f)["details"]["cause"], "signal");
@@ -91,7 +78,7 @@ TEST(CliLive, HangAfterReportsTheDeadlockAndLeavesTheJobRunning) {
   ASSERT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("no progress for 1 s"), std::string::npos) << r.err;
   EXPECT_EQ(j["verdict"]["status"], "hang");
-  EXPECT_NE(finding(j, "orphaned-lock"), nullptr) << j.dump(1);
+  EXPECT_NE(find_finding(j, "orphaned-lock"), nullptr) << j.dump(1);
   EXPECT_TRUE(j["live"].is_object());
 }
 
@@ -259,7 +246,7 @@ TEST(CliLive, FoldedWaitsCarryTheirWakersStacks) {
   auto r = run_command({hangtrace_path(), "--json", "-", "--folded", folded, "--",
                         repro_path("repro_live_slow_pipe"), "6", "30"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  std::string text = read_file(folded);
+  std::string text = read_text_file(folded);
   std::filesystem::remove_all(dir);
   ASSERT_FALSE(text.empty()) << r.err;
   int read_waits_with_waker = 0;

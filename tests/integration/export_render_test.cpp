@@ -19,11 +19,6 @@ std::string temp_dir() {
   return mkdtemp(tmpl);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::string find_in_path(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
@@ -104,7 +99,7 @@ TEST(ExportRender, FlameGraphOfAHungJobRendersInChromium) {
   ASSERT_EQ(r.exit_code, 2) << r.out << r.err;
 
   // Folded: one line per stack of each blocked process, kernel frames at the leaf.
-  std::string folded_text = read_file(folded);
+  std::string folded_text = read_text_file(folded);
   for (int pid : pids) {
     std::string prefix = "/" + std::to_string(pid) + ";";
     EXPECT_NE(folded_text.find(prefix), std::string::npos) << "pid " << pid << " missing:\n" << folded_text;
@@ -112,14 +107,14 @@ TEST(ExportRender, FlameGraphOfAHungJobRendersInChromium) {
   EXPECT_TRUE(folded_text.find("futex") != std::string::npos ||
               folded_text.find("pipe_read") != std::string::npos)
       << folded_text;
-  nlohmann::json ss = nlohmann::json::parse(read_file(speedscope));
+  nlohmann::json ss = nlohmann::json::parse(read_text_file(speedscope));
   EXPECT_GE(ss["profiles"].size(), 2u);
-  nlohmann::json tr = nlohmann::json::parse(read_file(trace));
+  nlohmann::json tr = nlohmann::json::parse(read_text_file(trace));
   size_t complete = 0;
   for (const auto& e : tr["traceEvents"]) complete += e["ph"] == "X";
   EXPECT_GE(complete, 2u) << tr.dump(1);
 
-  std::string svg_text = read_file(svg);
+  std::string svg_text = read_text_file(svg);
   ASSERT_NE(svg_text.find("</svg>"), std::string::npos);
   std::string chromium = find_in_path("chromium");
   if (chromium.empty()) chromium = find_in_path("chromium-browser");

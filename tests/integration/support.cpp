@@ -269,4 +269,16 @@ std::vector<int> finding_pids(const nlohmann::json& finding) {
   return out;
 }
 
+const nlohmann::json* find_finding(const nlohmann::json& report, const std::string& kind) {
+  if (!report.contains("findings")) return nullptr;
+  for (const auto& f : report["findings"])
+    if (f["kind"] == kind) return &f;
+  return nullptr;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace hangtrace::testing

@@ -102,4 +102,10 @@ HangtraceRun run_hangtrace(int pid, const std::vector<std::string>& extra = {},
 // A finding's "pids" array as ints.
 std::vector<int> finding_pids(const nlohmann::json& finding);
 
+// The first finding of `kind` in a report, nullptr when none.
+const nlohmann::json* find_finding(const nlohmann::json& report, const std::string& kind);
+
+// A whole file as text ("" when it cannot be read).
+std::string read_text_file(const std::string& path);
+
 }  // namespace hangtrace::testing

@@ -230,12 +230,16 @@ LiveObservation starved_window(unsigned util) {
   return o;
 }
 
+// The main thread waits for a child; thread 101, which launched the kernels, waits on a lock.
+Snapshot starved_snapshot() {
+  return snapshot(100,
+                  {process(100, 1, ProcessRole::Target,
+                           {blocked_thread(100, "python3", 30, 61), blocked_thread(101, "feeder", 20)})},
+                  95 * kSec);
+}
+
 TEST(GpuStarved, IdleGpuWhoseFeederWaitsOnALock) {
-  Snapshot s =
-      snapshot(100,
-               {process(100, 1, ProcessRole::Target,
-                        {blocked_thread(100, "python3", 30, 61), blocked_thread(101, "feeder", 20)})},
-               95 * kSec);
+  Snapshot s = starved_snapshot();
   LiveObservation o = starved_window(0);
   Diagnosis d = diagnose(s, {}, &o);
   const Finding* f = find_kind(d, "gpu-starved");
@@ -256,11 +260,7 @@ TEST(GpuStarved, IdleGpuWhoseFeederWaitsOnALock) {
 // Launch mode's window spans the whole run: the GPU was busy before the
 // feeder blocked, idle since.
 TEST(GpuStarved, IdlenessIsJudgedOnTheEndOfALongWindow) {
-  Snapshot s =
-      snapshot(100,
-               {process(100, 1, ProcessRole::Target,
-                        {blocked_thread(100, "python3", 30, 61), blocked_thread(101, "feeder", 20)})},
-               95 * kSec);
+  Snapshot s = starved_snapshot();
   LiveObservation o = starved_window(0);
   o.start_ns = 40 * kSec;
   o.duration_s = 60;
@@ -276,11 +276,7 @@ TEST(GpuStarved, IdlenessIsJudgedOnTheEndOfALongWindow) {
 }
 
 TEST(GpuStarved, NotWhenTheGpuIsBusy) {
-  Snapshot s =
-      snapshot(100,
-               {process(100, 1, ProcessRole::Target,
-                        {blocked_thread(100, "python3", 30, 61), blocked_thread(101, "feeder", 20)})},
-               95 * kSec);
+  Snapshot s = starved_snapshot();
   LiveObservation o = starved_window(97);
   Diagnosis d = diagnose(s, {}, &o);
   EXPECT_EQ(find_kind(d, "gpu-starved"), nullptr);
