@@ -27,6 +27,7 @@
 #include "collector.h"
 #include "demo_job.h"
 #include "hangtrace/analysis.h"
+#include "hangtrace/bundle.h"
 #include "hangtrace/exports.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
@@ -35,20 +36,26 @@
 #include "live_session.h"
 #include "native_stacks.h"
 #include "process_meta.h"
+#include "subcommands.h"
 #include "task_iter.h"
+
+namespace hangtrace::cli {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "hangtrace: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace hangtrace::cli
 
 namespace {
 
 using namespace hangtrace;
+using hangtrace::cli::fail;
 
 constexpr int kExitOk = 0;
 constexpr int kExitError = 1;
 constexpr int kExitHang = 2;
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "hangtrace: %s\n", message.c_str());
-  return kExitError;
-}
 
 // Writes `content` to `path` atomically: a reader sees the old file or the
 // whole new one, never half of it. "-" means stdout.
@@ -124,6 +131,7 @@ struct Options {
   std::string save_snapshot_path;
   std::string from_snapshot_path;
   std::string folded_path, flamegraph_path, speedscope_path, trace_path;  // postmortem exports
+  std::string bundle_parent;  // --bundle DIR: also write a postmortem bundle under DIR
   int verbosity = 0;
   bool no_bpf = false;
 };
@@ -171,6 +179,14 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
       !write_output(opt.json_path, render_json(snap, d, live).dump(2) + "\n", &error))
     return fail(error);
   if (!write_exports(snap, d, opt, live, &error)) return fail(error);
+  if (!opt.bundle_parent.empty()) {
+    BundleMeta meta = bundle_meta_for(snap, d, "manual");
+    nlohmann::json recorder = {{"events", nlohmann::json::array()},
+                               {"note", "written by hand (hangtrace --bundle): no flight recorder"}};
+    auto path = write_bundle(opt.bundle_parent, bundle_dir_name(meta), render_bundle(snap, d, live, meta, recorder));
+    if (!path) return fail(path.error());
+    std::fprintf(stderr, "hangtrace: bundle written: %s\n", path->c_str());
+  }
   if (!json_to_stdout) {
     ReportOptions ro;
     ro.verbosity = opt.verbosity;
@@ -547,6 +563,8 @@ int main(int argc, char** argv) {
                  "write blocked time as a speedscope profile (JSON) to FILE");
   app.add_option("--trace", opt.trace_path,
                  "write a Chrome Trace Event timeline (Perfetto, chrome://tracing) to FILE");
+  app.add_option("--bundle", opt.bundle_parent,
+                 "also write a postmortem bundle (report, snapshot, stacks, flame graph, timeline) under DIR");
   app.add_flag("--no-bpf", opt.no_bpf, "don't load BPF (no kernel stacks or blocked times, no live tracing)");
   app.add_option("--hang-after", opt.hang_after_s,
                  "with -- COMMAND: report when the job makes no progress (CPU) for this many seconds")
@@ -559,6 +577,9 @@ int main(int argc, char** argv) {
                "list the live-tracing hooks and whether this kernel has them");
   app.add_flag("-v,--verbose", opt.verbosity, "more detail: -v all threads, -vv kernel stacks, -vvv libbpf");
   auto* demo = app.add_subcommand("demo", "run the bundled hung training job and diagnose it");
+  std::vector<hangtrace::cli::Subcommand> subcommands = {hangtrace::cli::add_daemon_subcommand(app),
+                                                         hangtrace::cli::add_doctor_subcommand(app),
+                                                         hangtrace::cli::add_merge_subcommand(app)};
   app.require_subcommand(0, 1);
   try {
     app.parse(argc, argv);
@@ -568,6 +589,8 @@ int main(int argc, char** argv) {
   opt.command = command;
   opt.duration_given = app.count("--duration") > 0;
   if (demo->parsed()) return run_demo(opt);
+  for (const auto& sub : subcommands)
+    if (sub.app->parsed()) return sub.run();
   if (opt.list_hooks) return list_hooks(opt);
   if (!opt.command.empty()) return run_launch(opt);
   if (!opt.from_snapshot_path.empty()) return run_offline(opt);

@@ -1,0 +1,97 @@
+// Postmortem bundles: one directory per incident (a hang, an OOM kill, a
+// SIGBUS, an abnormal exit), holding everything a postmortem needs, written
+// atomically (a reader sees the whole directory or none of it) and pruned to
+// a retention limit. The daemon writes them; `hangtrace --pid P --bundle DIR`
+// writes one by hand; `hangtrace merge` reads them back (one per rank).
+//
+// Layout (docs/fleet.md):
+//   meta.json       BundleMeta (schema "hangtrace-bundle/1")
+//   report.txt      the text report
+//   report.json     the JSON report (docs/json-schema.md)
+//   snapshot.json   the raw snapshot (hangtrace --from-snapshot reads it)
+//   stacks.folded   folded stacks of blocked time
+//   flamegraph.svg  the flame graph of the same
+//   trace.json      Chrome/Perfetto timeline
+//   recorder.json   the flight recorder: the job's significant events before the incident
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hangtrace/analysis.h"
+#include "hangtrace/live.h"
+#include "hangtrace/model.h"
+#include "hangtrace/result.h"
+
+namespace hangtrace {
+
+inline constexpr const char* kBundleSchema = "hangtrace-bundle/1";
+
+// The files every bundle has, in the order they are written (meta.json last).
+const std::vector<std::string>& bundle_file_names();
+
+struct BundleMeta {
+  std::string schema = kBundleSchema;
+  std::string trigger;  // "hang", "oom-kill", "sigbus", "abnormal-exit", "manual"
+  std::string cause;    // the top finding's kind ("orphaned-lock"), or the trigger's when none
+  std::string verdict;  // "hang", "suspect", "ok"
+  std::string summary;  // the verdict's one line
+  int job_pid = 0;      // the job's root process on its host
+  std::string job_comm, job_cmdline;
+  std::string hostname;
+  double created_unix = 0;        // when the bundle was written
+  double incident_unix = 0;       // when the trigger happened (the death, the hang's detection)
+  double last_progress_unix = 0;  // the job's last sign of progress (0: unknown)
+  std::optional<int> rank, world_size, local_rank;
+  std::string hangtrace_version;
+  std::vector<int> pids;  // the job's processes at the incident
+};
+
+// The meta of a bundle about `snapshot`'s job: its pid, command, host, rank,
+// and the diagnosis's verdict, top finding (cause) and progress stop.
+BundleMeta bundle_meta_for(const Snapshot& snapshot, const Diagnosis& diagnosis, const std::string& trigger);
+
+nlohmann::json bundle_meta_to_json(const BundleMeta& m);
+Result<BundleMeta> bundle_meta_from_json(const nlohmann::json& j);
+
+// The files of one bundle, by name, rendered from the diagnosis (pure: no I/O).
+struct BundleContent {
+  BundleMeta meta;
+  std::map<std::string, std::string> files;
+};
+
+BundleContent render_bundle(const Snapshot& snapshot, const Diagnosis& diagnosis, const LiveObservation* live,
+                            BundleMeta meta, const nlohmann::json& recorder);
+
+// A directory name for the bundle: "<UTC time>-<host>-<pid>-<trigger>", unique
+// within `parent` (a counter is added when needed).
+std::string bundle_dir_name(const BundleMeta& meta);
+
+// Writes `content` under parent/name atomically: into a hidden temporary
+// directory beside it (each file fsync'ed), then renamed into place and the
+// parent fsync'ed. On failure nothing is left behind. Returns the final path.
+Result<std::string> write_bundle(const std::string& parent, const std::string& name, const BundleContent& content);
+
+// Keeps the newest `keep` bundles in `parent` (by created time in their
+// meta.json, else the name), removes the rest and any temporary directory
+// left by a writer that died. Returns how many were removed.
+Result<size_t> prune_bundles(const std::string& parent, size_t keep);
+
+struct LoadedBundle {
+  std::string path;
+  BundleMeta meta;
+  Snapshot snapshot;
+  nlohmann::json report;    // report.json
+  nlohmann::json recorder;  // recorder.json
+};
+
+// Reads a bundle directory back; "failed to read bundle DIR: why" on a
+// missing or corrupt file.
+Result<LoadedBundle> read_bundle(const std::string& dir);
+
+}  // namespace hangtrace

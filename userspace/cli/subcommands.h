@@ -1,0 +1,27 @@
+// The CLI's subcommands besides the default one (diagnose a pid): each file
+// userspace/cli/<name>_cmd.cpp registers its own options on the parent app
+// and returns how to run it once parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace hangtrace::cli {
+
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // exit status: 0 ok, 1 error, 2 hang / critical
+};
+
+// hangtrace doctor [--pid PID]: the pre-flight checklist (doctor_cmd.cpp).
+Subcommand add_doctor_subcommand(CLI::App& parent);
+// hangtrace merge BUNDLE...: one job's ranks, from their bundles (merge_cmd.cpp).
+Subcommand add_merge_subcommand(CLI::App& parent);
+// hangtrace daemon: always-on fleet mode (daemon_cmd.cpp).
+Subcommand add_daemon_subcommand(CLI::App& parent);
+
+// One line on stderr ("hangtrace: MESSAGE"), and the error exit status.
+int fail(const std::string& message);
+
+}  // namespace hangtrace::cli
