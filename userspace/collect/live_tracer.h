@@ -27,6 +27,12 @@ struct LiveOptions {
   // Futex wakes are streamed at most once per thread and futex word this
   // often (0: every wake); who woke whom is counted exactly in kernel anyway.
   uint64_t futex_wake_sample_ns = 10'000'000;
+  // false: wakeups are only counted in kernel and futex wakes not streamed
+  // (the daemon's steady state: nothing per wake).
+  bool stream_wakes = true;
+  // Every wait that slept goes into in-kernel histograms (live_histograms.h).
+  bool blocked_histograms = false;
+  uint32_t histogram_entries = 16384;  // (process, wait kind, main thread) entries
   int verbosity = 0;
 };
 
