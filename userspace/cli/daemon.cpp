@@ -160,6 +160,7 @@ void Daemon::on_record(const void* data, size_t size) {
       if (size >= sizeof(ht_proc_event)) {
         ht_proc_event e;
         std::memcpy(&e, data, sizeof e);
+        if (!(e.flags & 1)) break;  // a thread, not the whole process
         int status = static_cast<int>(e.exit_code);
         bool oom = job.incident_seen.count({tgid, "oom-kill"}) > 0;
         if (auto how = abnormal_exit(status); how && !oom) {
@@ -372,6 +373,14 @@ void Daemon::check_jobs(uint64_t now) {
       }
       Incident inc = job.incidents[i];
       job.incidents.erase(job.incidents.begin() + static_cast<long>(i));
+      // A job dying of what was just bundled (the main process exits after
+      // its worker was OOM-killed) is the same incident.
+      if (inc.trigger == "abnormal-exit" && job.last_bundle_ns &&
+          inc.ts_ns < job.last_bundle_ns + 30'000'000'000ull) {
+        log(1, fmt::format("job {}: {} of process {} follows the last bundle: not bundled again", root,
+                           inc.trigger, inc.pid));
+        continue;
+      }
       std::fprintf(stderr, "hangtrace daemon: job %d: %s of process %d (%s): capturing a bundle\n", root,
                    inc.trigger.c_str(), inc.pid, inc.comm.c_str());
       write_bundle_for(job, inc.trigger, inc.ts_ns,
@@ -400,6 +409,8 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
   tracer_->contribute(live);
   live.events = tracer_->counter(HT_CNT_EVENTS);
   live.dropped = tracer_->counter(HT_CNT_DROPPED);
+  for (const auto& h : tracer_->hooks())
+    live.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
   // Kernel stacks of the recorded waits (user stacks need the processes'
   // mappings at the time, which the daemon does not keep).
   std::set<int32_t> ids;
@@ -463,6 +474,7 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
     return;
   }
   metrics_->bundle_written(trigger);
+  job.last_bundle_ns = now_ns();
   std::fprintf(stderr, "hangtrace daemon: bundle written: %s (%s, %s: %s)\n", path->c_str(), trigger.c_str(),
                meta.cause.c_str(), d.verdict.summary.c_str());
   if (auto pruned = prune_bundles(options_.bundle_dir, options_.keep_bundles); pruned && *pruned)

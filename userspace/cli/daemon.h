@@ -63,7 +63,7 @@ class Daemon {
     std::set<int> pids;  // its live processes
     std::unique_ptr<daemon::FlightRecorder> recorder;
     std::unique_ptr<daemon::ProgressWatch> watch;
-    uint64_t tracked_since_ns = 0, next_check_ns = 0;
+    uint64_t tracked_since_ns = 0, next_check_ns = 0, last_bundle_ns = 0;
     std::map<std::tuple<int, int>, uint64_t> wake_counts;  // (waker tid, wakee tid) -> last count seen
     uint64_t wakeups_from_job = 0;                         // sum of the increases seen
     bool hung = false;
