@@ -232,6 +232,28 @@ class DaemonOomKill(FleetTestCase):
 
 
 @requires_bpf_and_torch
+class DaemonHealthyJob(FleetTestCase):
+    def test_a_job_making_progress_is_never_called_hung(self):
+        hang_after = 3.0
+        daemon = self.daemon("--match", r"healthy_loader\.py", "--hang-after", hang_after, "--check-every", "0.5",
+                             "--scan-every", "0.2", "-vv")
+        job = self.start("healthy_loader.py", "--seconds", "600")
+        main = parse_marker(job.wait_for_line("READY"))["main"][0]
+        daemon.wait_for_job(main)
+        # Three times --hang-after of progress samples, each one moving.
+        signals = []
+        started = time.monotonic()
+        while time.monotonic() - started < 3 * hang_after:
+            line = daemon.wait_for_line("hangtrace daemon: job %d: progress (" % main, timeout=30)
+            signals.append(line.rsplit("(", 1)[1].rstrip(")"))
+        self.assertIn("wakeups from the job", signals)
+        self.assertFalse([l for l in daemon.lines if "made no progress" in l], "\n".join(daemon.lines))
+        self.assertEqual(os.listdir(self.bundles), [])
+        self.assertNotIn("hangtrace_hang_active{", daemon.metrics())
+        self.assertTrue(job.alive(), job.stderr_tail())
+
+
+@requires_bpf_and_torch
 class DaemonKilledAndRestarted(FleetTestCase):
     def test_sigkill_leaves_nothing_attached_and_a_restart_carries_on(self):
         before = bpf_program_ids()

@@ -278,6 +278,10 @@ void Daemon::scan() {
     if (s == start_of.end() || s->second != job.start_ticks) gone_roots.push_back(root);
   }
   for (int root : gone_roots) end_job(root, "its main process is gone");
+  std::erase_if(ended_jobs_, [&](const auto& e) {
+    auto s = start_of.find(e.first);
+    return s == start_of.end() || s->second != e.second;
+  });
   for (auto& [root, job] : jobs_) {
     for (int pid : std::vector<int>(job.pids.begin(), job.pids.end()))
       if (!start_of.count(pid)) drop_process(pid);
@@ -316,14 +320,18 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
   if (wakeups) {
     // Counts only grow, but an LRU eviction restarts a pair's count: what
     // is summed is each pair's increases.
+    // Only the pairs present now are kept: workers come and go.
+    std::map<std::tuple<int, int>, uint64_t> now_counts;
     for (const auto& w : *wakeups) {
       if (w.wakee_tid != job.root || w.waker_tid == job.root || !job_of_.count(w.waker_tgid) ||
           job_of_.at(w.waker_tgid) != job.root)
         continue;
-      uint64_t& seen = job.wake_counts[{w.waker_tid, w.wakee_tid}];
+      auto before = job.wake_counts.find({w.waker_tid, w.wakee_tid});
+      uint64_t seen = before == job.wake_counts.end() ? 0 : before->second;
       if (w.count > seen) job.wakeups_from_job += w.count - seen;
-      seen = w.count;
+      now_counts[{w.waker_tid, w.wakee_tid}] = w.count;
     }
+    job.wake_counts = std::move(now_counts);
   }
   sample.wakeups_from_job = job.wakeups_from_job;
   LiveObservation gpu;
@@ -528,6 +536,7 @@ void Daemon::update_metrics(uint64_t now) {
   }
   // Exited processes: their last counts are in; their entries go.
   for (int pid : forget_after_metrics_) {
+    if (!job_of_.count(pid)) tracer_->untrace_tgid(pid);
     forget_blocked_histograms(pid);
     role_of_.erase(pid);
     std::erase_if(hist_seen_, [&](const auto& kv) { return std::get<0>(kv.first) == pid; });

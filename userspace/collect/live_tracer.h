@@ -96,6 +96,10 @@ class LiveTracer {
   // bytes starting with ht_event_header). Returns records consumed or -errno.
   int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
   void trace_tgid(int tgid);
+  // After a traced process exited and its last records were read: the
+  // traced set is a bounded hash, and a long-running tracer (the daemon)
+  // sees thousands of workers come and go; a reused pid is not traced.
+  void untrace_tgid(int tgid);
   std::vector<HookStatus> hooks() const;
   // TracerModule::notice_mapped_file / contribute, for every concern.
   void notice_mapped_file(int pid, const std::string& path);
