@@ -220,8 +220,9 @@ void analyse_job(MergedJob& job, std::vector<std::string>& warnings) {
     f.basis = job.ranks[f.index].stall_basis;
     for (int i : order) {
       const MergedRank& r = job.ranks[i];
-      f.evidence.push_back(fmt::format("{} stalled at {} ({}; {})", rank_name(r), clock_utc(r.stall_unix),
-                                       r.stall_basis, r.in_collective ? "in " + r.op : r.doing));
+      std::string after = i == f.index ? "" : fmt::format(", {:.3f} s later", r.stall_unix - f.unix_time);
+      f.evidence.push_back(fmt::format("{} stalled at {}{} ({}; {})", rank_name(r), clock_utc(r.stall_unix),
+                                       after, r.stall_basis, r.in_collective ? "in " + r.op : r.doing));
     }
     job.first_stall = f;
   }
