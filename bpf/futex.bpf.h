@@ -129,6 +129,7 @@ static __always_inline void futex_emit_wait(void* ctx, struct call_state* s, lon
 
 /* sys_exit of futex(2) with no wait tracked: a wake that woke someone. */
 static __always_inline void futex_exit_wake(struct task_struct* t, struct pt_regs* regs, long ret, bool btf) {
+  if (!ht_stream_wakes) return;
   __u32 op = (__u32)HT_SC_ARG2(regs, btf);
   __u32 cmd = op & FUTEX_CMD_MASK;
   if (!futex_is_wake_cmd(cmd)) return;

@@ -44,6 +44,10 @@ struct {
  * so a quiet job's events still arrive within the poll interval. */
 const volatile __u64 ht_wakeup_bytes = 64 << 10;
 
+/* false (the daemon's steady state): wakeups are only counted in kernel
+ * (sched's `wakeups`), futex wakes not reported; nothing streamed per wake. */
+const volatile bool ht_stream_wakes = true;
+
 static __always_inline void ht_count(__u32 idx) {
   __u64* v = bpf_map_lookup_elem(&counters, &idx);
   if (v) (*v)++;

@@ -139,7 +139,7 @@ static __always_inline void count_wakeup(void* ctx, struct task_struct* p, struc
     bpf_map_update_elem(&wakeups, key, &fresh, BPF_NOEXIST);
     emit = true;
   }
-  if (!emit) return;
+  if (!emit || !ht_stream_wakes) return;
 
   struct ht_wakeup_event* e = ht_reserve(HT_EV_WAKEUP, sizeof(*e));
   if (!e) return;

@@ -6,6 +6,7 @@
  *   futex       waits and (sampled) wakes          bpf/futex.bpf.h
  *   blocking    fd I/O, sockets, poll, wait4, ...  bpf/blocking.bpf.h
  *   shm calls   create/truncate/mmap/unlink/ENOSPC bpf/shm_calls.bpf.h
+ *   histograms  every wait that slept, by kind     bpf/blocked_hist.bpf.h
  * each switched by a const volatile trace_* setting.
  *
  * Why one program and not one per concern: once any sys_enter/sys_exit hook
@@ -40,6 +41,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
+#include "blocked_hist.bpf.h"
 #include "blocking.bpf.h"
 #include "call_state.bpf.h"
 #include "futex.bpf.h"
@@ -144,6 +146,7 @@ static __always_inline void finish_call(void* ctx, struct task_struct* t, struct
   if (s->slept) {
     __u64 back = call_clock_back_on_cpu(t);
     duration = back > s->ts_ns ? back - s->ts_ns : 0;
+    if (hist_blocked) hist_add_blocked(t, s, duration);
   }
   if (duration < min_block_ns) return;
   __u64 now = bpf_ktime_get_ns();

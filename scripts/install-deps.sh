@@ -6,6 +6,8 @@ packages=(
   cmake ninja-build g++ clang llvm pkg-config
   libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev
+  prometheus-cpp-dev      # hangtrace daemon's /metrics
+  prometheus              # the real server the daemon's metrics test scrapes with
   python3 python3-torch   # the bundled hung job and the PyTorch scenarios
   procps gdb strace       # peers in scripts/bench_snapshot.sh
   chromium                # renders the flame graph in tests (headless screenshot)

@@ -254,6 +254,35 @@ struct ht_wakeup_count {
   char waker_comm[HT_COMM_LEN];
 };
 
+/* ===== Blocked-time histograms (the daemon's steady state) =====================
+ * The syscall dispatcher (bpf/blocked_hist.bpf.h) adds every wait of a traced
+ * task that slept to `blocked_hist`, keyed by process, wait kind and whether
+ * the waiter is the process's main thread, in log2 buckets: nothing is
+ * streamed per wait. Userspace turns tgids into roles (main process, worker). */
+#define HT_HIST_BUCKETS 32 /* bucket i: [2^i, 2^(i+1)) microseconds; bucket 0 also holds < 1 us */
+
+enum ht_wait_kind {
+  HT_WAIT_FUTEX = 0, /* futex, futex_waitv, futex_wait: locks, conditions, queues */
+  HT_WAIT_IO = 1,    /* read/write family on an fd: pipes, files, sockets read as files */
+  HT_WAIT_NET = 2,   /* connect, accept, send*, recv* */
+  HT_WAIT_POLL = 3,  /* poll, select, epoll_wait */
+  HT_WAIT_CHILD = 4, /* wait4, waitid */
+  HT_WAIT_SLEEP = 5, /* nanosleep, clock_nanosleep */
+  HT_WAIT_KINDS = 6,
+};
+
+struct ht_hist_key {
+  __u32 tgid;
+  __u8 wait_kind;   /* enum ht_wait_kind */
+  __u8 main_thread; /* 1: the waiter is the process's main thread (tid == tgid) */
+  __u16 pad;
+};
+
+struct ht_hist_value {
+  __u64 count[HT_HIST_BUCKETS];
+  __u64 sum_ns; /* total blocked time */
+};
+
 /* ===== GPU ====================================================================
  * Host-side CUDA driver and NCCL calls come from uprobes on libcuda and libnccl
  * (bpf/gpu.bpf.c), attached to the libraries found in the traced processes'

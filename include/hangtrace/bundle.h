@@ -37,11 +37,13 @@ const std::vector<std::string>& bundle_file_names();
 
 struct BundleMeta {
   std::string schema = kBundleSchema;
-  std::string trigger;  // "hang", "oom-kill", "sigbus", "abnormal-exit", "manual"
-  std::string cause;    // the top finding's kind ("orphaned-lock"), or the trigger's when none
-  std::string verdict;  // "hang", "suspect", "ok"
-  std::string summary;  // the verdict's one line
-  int job_pid = 0;      // the job's root process on its host
+  std::string trigger;           // "hang", "oom-kill", "sigbus", "abnormal-exit", "manual"
+  std::string cause;             // the top finding's kind ("orphaned-lock"), or the trigger's when none
+  std::string verdict;           // "hang", "suspect", "ok"
+  std::string summary;           // the verdict's one line
+  int job_pid = 0;               // the job's root process on its host
+  uint64_t job_start_ticks = 0;  // its start time (/proc stat field 22): a reused pid is another job
+  std::string note;  // what triggered it, in words ("no progress for 180 s (last: Python frames)")
   std::string job_comm, job_cmdline;
   std::string hostname;
   double created_unix = 0;        // when the bundle was written
@@ -75,7 +77,8 @@ std::string bundle_dir_name(const BundleMeta& meta);
 // Writes `content` under parent/name atomically: into a hidden temporary
 // directory beside it (each file fsync'ed), then renamed into place and the
 // parent fsync'ed. On failure nothing is left behind. Returns the final path.
-Result<std::string> write_bundle(const std::string& parent, const std::string& name, const BundleContent& content);
+Result<std::string> write_bundle(const std::string& parent, const std::string& name,
+                                 const BundleContent& content);
 
 // Keeps the newest `keep` bundles in `parent` (by created time in their
 // meta.json, else the name), removes the rest and any temporary directory

@@ -501,3 +501,46 @@ class ScenarioTestCase(unittest.TestCase):
     def assertPidsInclude(self, finding, pids, report):
         missing = set(pids) - set(finding.get("pids") or [])
         self.assertFalse(missing, "finding lacks pids %s\n%s" % (sorted(missing), report.dump()))
+
+
+# ---- the daemon ---------------------------------------------------------------------
+
+class Daemon(Workload):
+    """`hangtrace daemon ARGS` in its own session, its stderr (where it logs
+    "ready", "tracking job", "bundle written") read line by line like a
+    workload's stdout."""
+
+    def __init__(self, bundle_dir, *args, metrics="127.0.0.1:0"):
+        self.bundle_dir = bundle_dir
+        argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", hangtrace_bin(), "daemon",
+                "--bundle-dir", bundle_dir, "--metrics", metrics] + [str(a) for a in args]
+        super().__init__(argv)
+        ready = self.wait_for_line("hangtrace daemon: ready", timeout=120)
+        self.metrics_address = None
+        if "metrics on http://" in ready:
+            self.metrics_address = ready.split("metrics on http://", 1)[1].split("/", 1)[0]
+
+    def stderr_tail(self, n=4000):
+        return "--- hangtrace daemon (rc=%s) ---\n%s" % (self.proc.poll(), "\n".join(self.lines)[-n:])
+
+    def wait_for_job(self, pid, timeout=60.0):
+        return self.wait_for_line("hangtrace daemon: tracking job %d " % pid, timeout=timeout)
+
+    def wait_for_bundle(self, timeout=120.0):
+        """The path of the next bundle the daemon writes."""
+        line = self.wait_for_line("hangtrace daemon: bundle written: ", timeout=timeout)
+        return line.split("bundle written: ", 1)[1].split(" (", 1)[0]
+
+    def metrics(self):
+        import urllib.request
+        with urllib.request.urlopen("http://%s/metrics" % self.metrics_address, timeout=10) as r:
+            return r.read().decode()
+
+
+def read_bundle_meta(path):
+    with open(os.path.join(path, "meta.json")) as f:
+        return json.load(f)
+
+
+BUNDLE_FILES = ["report.txt", "report.json", "snapshot.json", "stacks.folded", "flamegraph.svg",
+                "trace.json", "recorder.json", "meta.json"]

@@ -1,12 +1,82 @@
-// Placeholder until the daemon subcommand lands; replaced by its implementation.
+// hangtrace daemon: the always-on fleet mode's command line (daemon.h).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+
+#include "daemon.h"
 #include "subcommands.h"
+#include "task_iter.h"
 
 namespace hangtrace::cli {
 
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_stop(int) { g_stop = true; }
+
+int run_daemon(const DaemonOptions& o) {
+  if (geteuid() != 0)
+    return fail(
+        "needs root or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH (see docs/fleet.md)");
+  if (o.selectors.empty())
+    return fail("no selector: pass --match REGEX, --cgroup PATH or --gpu (see --help)");
+  if (o.verbosity > 2) set_bpf_verbosity(o.verbosity - 2);
+  auto d = Daemon::start(o);
+  if (!d) return fail(d.error());
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return (*d)->run(g_stop);
+}
+
+}  // namespace
+
 Subcommand add_daemon_subcommand(CLI::App& parent) {
+  auto o = std::make_shared<DaemonOptions>();
   Subcommand s;
-  s.app = parent.add_subcommand("daemon", "(not built yet)");
-  s.run = [] { return fail("daemon: not built yet"); };
+  CLI::App* app = parent.add_subcommand(
+      "daemon",
+      "always-on fleet mode: track every matching job, write a postmortem bundle when one hangs or a process "
+      "of it is OOM-killed, dies of SIGBUS or exits abnormally; Prometheus metrics on /metrics");
+  app->add_option("--match", o->selectors.cmdline_patterns,
+                  "track processes whose command line matches this regex (repeatable), e.g. 'train\\.py'");
+  app->add_option("--cgroup", o->selectors.cgroup_prefixes,
+                  "track processes in a cgroup whose path starts with this (repeatable), e.g. /kubepods");
+  app->add_flag("--gpu", o->selectors.gpu, "track processes holding an NVIDIA GPU open (/dev/nvidiaN)");
+  app->add_option("--hang-after", o->hang_after_s,
+                  "a job is hung after this many seconds without progress (wakeups from its workers, GPU "
+                  "launches, or its main thread's Python frames changing); default 180")
+      ->check(CLI::Range(1.0, 1e7));
+  app->add_option("--check-every", o->check_every_s,
+                  "seconds between progress samples (default: hang-after/12)")
+      ->check(CLI::Range(0.0, 3600.0));
+  app->add_option("--bundle-dir", o->bundle_dir,
+                  "where postmortem bundles go (default /var/lib/hangtrace/bundles)");
+  app->add_option("--keep", o->keep_bundles, "keep the newest N bundles (default 50)")
+      ->check(CLI::Range(1, 100000));
+  app->add_option("--metrics", o->metrics_address,
+                  "serve Prometheus metrics on HOST:PORT (default 127.0.0.1:9464; '' = off)");
+  app->add_option("--recorder-minutes", o->recorder_minutes,
+                  "minutes of each job's significant events kept in memory (default 10)")
+      ->check(CLI::Range(0.1, 1440.0));
+  app->add_option("--record-waits-after-ms", o->record_waits_after_ms,
+                  "waits at least this long (ms) go to the flight recorder (default 1000)")
+      ->check(CLI::Range(1.0, 1e9));
+  app->add_option("--scan-every", o->scan_every_s, "seconds between scans for new jobs (default 2)")
+      ->check(CLI::Range(0.1, 3600.0));
+  app->add_option("--ringbuf-mb", o->ringbuf_mb, "ring buffer size in MiB (default 4)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--stall-after", o->stall_after_s, "a socket wait this long (s) counts as stalled")
+      ->check(CLI::Range(0.0, 1e9));
+  app->add_flag("-v,--verbose", o->verbosity,
+                "more detail on stderr (-v jobs' processes, -vv progress, -vvv libbpf)");
+  s.app = app;
+  s.run = [o] { return run_daemon(*o); };
   return s;
 }
 

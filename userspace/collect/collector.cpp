@@ -966,4 +966,27 @@ Result<Snapshot> collect_snapshot(int target_pid, const CollectOptions& options)
   return collector.run();
 }
 
+Snapshot exited_job_snapshot(int pid, const LiveObservation& live, const std::string& why) {
+  Snapshot s;
+  s.hangtrace_version = HANGTRACE_VERSION;
+  s.target_pid = pid;
+  s.taken_at_unix = static_cast<double>(std::time(nullptr));
+  ProcessInfo p;
+  p.pid = pid;
+  p.state = 'X';
+  p.role = ProcessRole::Target;
+  if (auto it = live.meta.find(pid); it != live.meta.end()) {
+    p.comm = it->second.comm;
+    p.cmdline = it->second.cmdline;
+  }
+  s.processes.push_back(p);
+  s.limitations.push_back(why);
+  struct utsname u {};
+  if (uname(&u) == 0) {
+    s.hostname = u.nodename;
+    s.kernel_release = u.release;
+  }
+  return s;
+}
+
 }  // namespace hangtrace

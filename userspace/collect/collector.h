@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "hangtrace/live.h"
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
 #include "native_stacks.h"
@@ -30,5 +31,9 @@ struct CollectOptions {
 // kernel thread, permission denied); anything less becomes a line in
 // Snapshot::limitations.
 Result<Snapshot> collect_snapshot(int target_pid, const CollectOptions& options);
+
+// A stand-in snapshot for a job that is gone: the report is then made of
+// what was seen while it ran (`live`), and `why` says so.
+Snapshot exited_job_snapshot(int pid, const LiveObservation& live, const std::string& why);
 
 }  // namespace hangtrace

@@ -84,6 +84,7 @@ class SchedModule : public TracerModule {
           auto shared = maps.reuse_in(skel_->obj);
           if (!shared) return make_error(shared.error());
           skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
+          skel_->rodata->ht_stream_wakes = options.stream_wakes;
           return skel_->obj;
         },
         [&]() { return sched_bpf__load(skel_); },

@@ -6,15 +6,22 @@
 // least LiveOptions::min_block_ns, with the fd's object) and the syscall part
 // of the /dev/shm concern.
 #include "hangtrace/abi.h"
+#include <bpf/bpf.h>
+
+#include "live_histograms.h"
 #include "live_modules.h"
 #include "live_twin_hooks.h"
 #include "syscalls.skel.h"
 
+#include <fmt/format.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <unistd.h>
 
 namespace hangtrace {
 
@@ -38,11 +45,19 @@ static_assert(offsetof(ht_syscall_event, args) == 80);
 static_assert(offsetof(ht_syscall_event, kstack_id) == 104);
 static_assert(offsetof(ht_syscall_event, ustack_id) == 108);
 
+static_assert(sizeof(ht_hist_key) == 8);
+static_assert(sizeof(ht_hist_value) == (HT_HIST_BUCKETS + 1) * 8);
+
 namespace {
+
+// The histogram map of the loaded dispatcher (one tracer per process uses
+// histograms: the daemon's).
+std::atomic<int> g_hist_fd{-1};
 
 class SyscallsModule : public TracerModule {
  public:
   ~SyscallsModule() override {
+    if (skel_ && g_hist_fd.load() == bpf_map__fd(skel_->maps.blocked_hist)) g_hist_fd = -1;
     if (hooks_) hooks_->detach();
     syscalls_bpf__destroy(skel_);
   }
@@ -72,6 +87,11 @@ class SyscallsModule : public TracerModule {
           skel_->rodata->calls_from_entry = from_entry;
           skel_->rodata->wake_emit_ns = options.futex_wake_sample_ns;
           skel_->rodata->page_shift = page_shift();
+          skel_->rodata->ht_stream_wakes = options.stream_wakes;
+          skel_->rodata->hist_blocked = options.blocked_histograms;
+          // Unused without histograms: the smallest map the kernel takes.
+          bpf_map__set_max_entries(skel_->maps.blocked_hist,
+                                   options.blocked_histograms ? options.histogram_entries : 1);
           return skel_->obj;
         },
         [&]() { return syscalls_bpf__load(skel_); },
@@ -81,7 +101,11 @@ class SyscallsModule : public TracerModule {
         });
   }
 
-  Result<bool> attach() override { return hooks_->attach(); }
+  Result<bool> attach() override {
+    auto attached = hooks_->attach();
+    if (attached && skel_->rodata->hist_blocked) g_hist_fd = bpf_map__fd(skel_->maps.blocked_hist);
+    return attached;
+  }
   std::vector<HookStatus> hooks() const override {
     return hooks_ ? hooks_->hooks() : std::vector<HookStatus>{};
   }
@@ -94,5 +118,48 @@ class SyscallsModule : public TracerModule {
 }  // namespace
 
 std::unique_ptr<TracerModule> make_syscalls_module() { return std::make_unique<SyscallsModule>(); }
+
+Result<std::vector<BlockedHistogram>> read_blocked_histograms() {
+  std::vector<BlockedHistogram> out;
+  const int fd = g_hist_fd.load();
+  if (fd < 0) return out;
+  const int ncpus = libbpf_num_possible_cpus();
+  if (ncpus <= 0) return make_error("failed to read blocked-time histograms: cannot count CPUs");
+  std::vector<ht_hist_value> per_cpu(static_cast<size_t>(ncpus));
+  ht_hist_key key{}, next{};
+  const void* prev = nullptr;
+  for (;;) {
+    if (bpf_map_get_next_key(fd, prev, &next) != 0) {
+      if (errno == ENOENT) break;
+      return make_error(fmt::format("failed to read blocked-time histograms: {}", std::strerror(errno)));
+    }
+    key = next;
+    prev = &key;
+    if (bpf_map_lookup_elem(fd, &key, per_cpu.data()) != 0) continue;  // deleted meanwhile
+    BlockedHistogram h;
+    h.tgid = static_cast<int>(key.tgid);
+    h.wait_kind = key.wait_kind;
+    h.main_thread = key.main_thread != 0;
+    for (const auto& v : per_cpu) {
+      for (int i = 0; i < HT_HIST_BUCKETS; ++i) h.count[i] += v.count[i];
+      h.sum_ns += v.sum_ns;
+    }
+    out.push_back(h);
+  }
+  return out;
+}
+
+void forget_blocked_histograms(int tgid) {
+  const int fd = g_hist_fd.load();
+  if (fd < 0) return;
+  for (uint8_t kind = 0; kind < HT_WAIT_KINDS; ++kind)
+    for (uint8_t main = 0; main < 2; ++main) {
+      ht_hist_key key{};
+      key.tgid = static_cast<uint32_t>(tgid);
+      key.wait_kind = kind;
+      key.main_thread = main;
+      bpf_map_delete_elem(fd, &key);
+    }
+}
 
 }  // namespace hangtrace

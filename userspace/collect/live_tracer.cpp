@@ -197,6 +197,12 @@ void LiveTracer::trace_tgid(int tgid) {
   bpf_map_update_elem(maps_.traced_tgids, &key, &one, BPF_ANY);
 }
 
+void LiveTracer::untrace_tgid(int tgid) {
+  if (tgid <= 0) return;
+  uint32_t key = static_cast<uint32_t>(tgid);
+  bpf_map_delete_elem(maps_.traced_tgids, &key);
+}
+
 std::vector<HookStatus> LiveTracer::hooks() const {
   std::vector<HookStatus> out;
   for (const auto& module : modules_) {

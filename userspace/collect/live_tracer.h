@@ -27,6 +27,12 @@ struct LiveOptions {
   // Futex wakes are streamed at most once per thread and futex word this
   // often (0: every wake); who woke whom is counted exactly in kernel anyway.
   uint64_t futex_wake_sample_ns = 10'000'000;
+  // false: wakeups are only counted in kernel and futex wakes not streamed
+  // (the daemon's steady state: nothing per wake).
+  bool stream_wakes = true;
+  // Every wait that slept goes into in-kernel histograms (live_histograms.h).
+  bool blocked_histograms = false;
+  uint32_t histogram_entries = 16384;  // (process, wait kind, main thread) entries
   int verbosity = 0;
 };
 
@@ -90,6 +96,10 @@ class LiveTracer {
   // bytes starting with ht_event_header). Returns records consumed or -errno.
   int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
   void trace_tgid(int tgid);
+  // After a traced process exited and its last records were read: the
+  // traced set is a bounded hash, and a long-running tracer (the daemon)
+  // sees thousands of workers come and go; a reused pid is not traced.
+  void untrace_tgid(int tgid);
   std::vector<HookStatus> hooks() const;
   // TracerModule::notice_mapped_file / contribute, for every concern.
   void notice_mapped_file(int pid, const std::string& path);

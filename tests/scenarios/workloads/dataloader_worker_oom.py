@@ -22,6 +22,7 @@ worker survives --max-batches batches.
 import argparse
 import os
 import sys
+import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -46,12 +47,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample-mib", type=int, default=32)
     ap.add_argument("--max-batches", type=int, default=1000)
+    ap.add_argument("--go-file", help="after START, wait until this file exists (a tracer is attached)")
     args = ap.parse_args()
     loader = DataLoader(CachedSamples(args.sample_mib), batch_size=1, num_workers=1,
                         multiprocessing_context="fork")
     batches = iter(loader)
     workers = ",".join(str(w.pid) for w in batches._workers)
     print("START main=%d workers=%s" % (os.getpid(), workers), flush=True)
+    if args.go_file:
+        while not os.path.exists(args.go_file):
+            time.sleep(0.01)
     try:
         for n, _ in enumerate(batches):
             if n % 4 == 0:

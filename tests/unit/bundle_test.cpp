@@ -1,0 +1,148 @@
+// Postmortem bundles: every file written, read back equal, written whole or
+// not at all, pruned to the retention limit without touching foreign dirs.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hangtrace/bundle.h"
+
+namespace hangtrace {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/ht-bundle-test.XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// A rank-1 job whose main thread has waited 30 s in a futex under all_reduce.
+Snapshot rank_snapshot() {
+  Snapshot s;
+  s.hangtrace_version = "test";
+  s.hostname = "node-7";
+  s.target_pid = 4242;
+  s.taken_at_unix = 1'800'000'000;
+  ProcessInfo p;
+  p.pid = 4242;
+  p.comm = "python3";
+  p.cmdline = "python3 train.py";
+  p.rank = 1;
+  p.world_size = 2;
+  p.local_rank = 1;
+  ThreadInfo t;
+  t.tid = 4242;
+  t.comm = "python3";
+  t.state = 'S';
+  KernelTaskView k;
+  k.off_cpu_ns = 30'000'000'000ull;
+  k.stack = {{0xffffffff81000100ull, "futex_wait_queue+0x5f"}};
+  t.kernel = k;
+  t.syscall.mode = SyscallState::Mode::InSyscall;
+  t.syscall.nr = 202;  // futex
+  t.syscall.args[1] = 0;  // FUTEX_WAIT
+  t.python_stack = {
+      {UserFrame::Kind::Python, "all_reduce", "torch/distributed/distributed_c10d.py", 1536, 0}};
+  p.threads.push_back(t);
+  s.processes.push_back(p);
+  return s;
+}
+
+BundleContent content_for(const Snapshot& s, const std::string& trigger) {
+  Diagnosis d = diagnose(s);
+  BundleMeta meta = bundle_meta_for(s, d, trigger);
+  return render_bundle(s, d, nullptr, meta, {{"events", nlohmann::json::array({{{"type", "oom"}}})}});
+}
+
+TEST(Bundle, WritesEveryFileAndReadsBack) {
+  TempDir dir;
+  Snapshot s = rank_snapshot();
+  BundleContent c = content_for(s, "hang");
+  EXPECT_EQ(c.meta.rank, 1);
+  EXPECT_EQ(c.meta.world_size, 2);
+  EXPECT_EQ(c.meta.job_cmdline, "python3 train.py");
+  std::string name = bundle_dir_name(c.meta);
+  EXPECT_EQ(name, "20270115T080000Z-node-7-4242-hang");
+  auto path = write_bundle(dir.path, name, c);
+  ASSERT_TRUE(path) << path.error();
+  for (const auto& f : bundle_file_names()) {
+    EXPECT_TRUE(fs::exists(fs::path(*path) / f)) << f;
+    EXPECT_GT(fs::file_size(fs::path(*path) / f), 0u) << f;
+  }
+  auto b = read_bundle(*path);
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_EQ(b->meta.trigger, "hang");
+  EXPECT_EQ(b->meta.rank, 1);
+  EXPECT_EQ(b->snapshot.target_pid, 4242);
+  ASSERT_EQ(b->snapshot.processes.size(), 1u);
+  EXPECT_EQ(b->snapshot.processes[0].rank, 1);
+  EXPECT_EQ(b->report["target_pid"], 4242);
+  EXPECT_EQ(b->recorder["events"][0]["type"], "oom");
+  // Only the bundle itself: no temporary directory left beside it.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+}
+
+TEST(Bundle, SameNameTwiceGetsACounter) {
+  TempDir dir;
+  BundleContent c = content_for(rank_snapshot(), "hang");
+  auto a = write_bundle(dir.path, "x", c);
+  auto b = write_bundle(dir.path, "x", c);
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(fs::path(*b).filename(), "x.2");
+}
+
+TEST(Bundle, AnIncompleteContentLeavesNothing) {
+  TempDir dir;
+  BundleContent c = content_for(rank_snapshot(), "hang");
+  c.files.erase("trace.json");
+  auto r = write_bundle(dir.path, "x", c);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("trace.json is missing"), std::string::npos) << r.error();
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 0);
+}
+
+TEST(Bundle, PruneKeepsTheNewestAndLeavesForeignDirectories) {
+  TempDir dir;
+  Snapshot s = rank_snapshot();
+  std::vector<std::string> paths;
+  for (int i = 0; i < 5; ++i) {
+    BundleContent c = content_for(s, "hang");
+    c.meta.created_unix = 1000 + i;
+    c.files["meta.json"] = bundle_meta_to_json(c.meta).dump();
+    paths.push_back(*write_bundle(dir.path, "b" + std::to_string(i), c));
+  }
+  fs::create_directory(dir.path / "not-a-bundle");
+  auto removed = prune_bundles(dir.path, 2);
+  ASSERT_TRUE(removed) << removed.error();
+  EXPECT_EQ(*removed, 3u);
+  EXPECT_TRUE(fs::exists(paths[4]));
+  EXPECT_TRUE(fs::exists(paths[3]));
+  EXPECT_FALSE(fs::exists(paths[2]));
+  EXPECT_FALSE(fs::exists(paths[0]));
+  EXPECT_TRUE(fs::exists(dir.path / "not-a-bundle"));
+}
+
+TEST(Bundle, CorruptFilesAreOneClearError) {
+  TempDir dir;
+  auto path = write_bundle(dir.path, "x", content_for(rank_snapshot(), "hang"));
+  ASSERT_TRUE(path);
+  std::ofstream(fs::path(*path) / "snapshot.json") << "{\"schema\": 1, \"processes\": [tru";
+  auto b = read_bundle(*path);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error(), "failed to read bundle " + *path + ": snapshot.json: not valid JSON");
+  fs::remove(fs::path(*path) / "meta.json");
+  b = read_bundle(*path);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().find("meta.json: No such file"), std::string::npos) << b.error();
+}
+
+}  // namespace
+}  // namespace hangtrace

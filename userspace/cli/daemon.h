@@ -1,0 +1,110 @@
+// hangtrace daemon: always-on fleet mode. Tracks every process the selectors
+// match (and their workers, followed on fork), aggregates in kernel in steady
+// state (blocked-time histograms, who-woke-whom counts, deaths), keeps a
+// flight recorder per job, and writes a postmortem bundle when a job hangs
+// (no progress for --hang-after), or one of its processes is OOM-killed,
+// dies of SIGBUS, or exits abnormally. Metrics on /metrics (Prometheus).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <tuple>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon_metrics.h"
+#include "hangtrace/abi.h"
+#include "hangtrace/daemon.h"
+#include "hangtrace/result.h"
+#include "live_sched.h"
+#include "live_tracer.h"
+#include "nvml_sampler.h"
+
+namespace hangtrace::cli {
+
+struct DaemonOptions {
+  daemon::JobSelectors selectors;
+  double hang_after_s = 180;  // the seed runbook's three minutes
+  double check_every_s = 0;   // progress sampling period; 0: hang_after / 12, within [0.5, 15] s
+  std::string bundle_dir = "/var/lib/hangtrace/bundles";
+  size_t keep_bundles = 50;
+  std::string metrics_address = "127.0.0.1:9464";  // "" serves none
+  double recorder_minutes = 10;
+  size_t recorder_records = 20000;      // per job
+  size_t recorder_bytes = 8u << 20;     // per job
+  double record_waits_after_ms = 1000;  // waits at least this long go to the flight recorder
+  double scan_every_s = 2;
+  int ringbuf_mb = 4;
+  double stall_after_s = 10;
+  int verbosity = 0;
+};
+
+class Daemon {
+ public:
+  static Result<std::unique_ptr<Daemon>> start(const DaemonOptions& options);
+  // Runs until `stop` is set (SIGTERM, SIGINT); returns the exit status.
+  int run(const std::atomic<bool>& stop);
+
+ private:
+  struct Incident {
+    std::string trigger;  // "oom-kill", "sigbus", "abnormal-exit"
+    int pid = 0;
+    std::string comm;
+    uint64_t ts_ns = 0, due_ns = 0;
+  };
+  struct Job {
+    int root = 0;
+    uint64_t start_ticks = 0;
+    std::string comm, cmdline, matched_by;
+    std::set<int> pids;  // its live processes
+    std::unique_ptr<daemon::FlightRecorder> recorder;
+    std::unique_ptr<daemon::ProgressWatch> watch;
+    uint64_t tracked_since_ns = 0, next_check_ns = 0, last_bundle_ns = 0;
+    std::map<std::tuple<int, int>, uint64_t> wake_counts;  // (waker tid, wakee tid) -> last count seen
+    uint64_t wakeups_from_job = 0;                         // sum of the increases seen
+    bool hung = false;
+    std::string hang_cause;
+    std::vector<Incident> incidents;  // waiting for their due time (the death's records to arrive)
+    std::set<std::pair<int, std::string>> incident_seen;  // (pid, trigger): one bundle each
+    std::map<int, ProcessMeta> meta;
+  };
+
+  explicit Daemon(const DaemonOptions& o) : options_(o) {}
+  void on_record(const void* data, size_t size);
+  void scan();
+  void pick_up(int root, const std::vector<daemon::ProcessEntry>& processes);
+  void add_process(Job& job, int pid, bool from_fork);
+  void drop_process(int pid);
+  void end_job(int root, const std::string& why);
+  void check_jobs(uint64_t now);
+  void check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups);
+  void write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns, const std::string& note);
+  void update_metrics(uint64_t now);
+  void notice_libraries(Job& job);
+  uint64_t now_ns() const;
+  double mono_to_unix_offset_s() const;
+  bool already_bundled(const Job& job, const std::string& trigger) const;
+  void log(int level, const std::string& line) const;
+
+  DaemonOptions options_;
+  std::unique_ptr<daemon::JobMatcher> matcher_;
+  std::unique_ptr<LiveTracer> tracer_;
+  std::unique_ptr<DaemonMetrics> metrics_;
+  std::unique_ptr<NvmlSampler> nvml_;
+  std::map<int, Job> jobs_;                // by root pid
+  std::map<int, int> job_of_;              // pid -> root pid
+  std::map<int, std::string> role_of_;     // pid -> "main" / "worker", kept until its histograms are read
+  std::vector<int> forget_after_metrics_;  // exited pids whose histograms go after the next read
+  std::set<std::pair<int, uint64_t>> ended_jobs_;  // (root, start): never picked up again
+  std::map<std::tuple<int, uint8_t, bool>, std::array<uint64_t, HT_HIST_BUCKETS + 1>> hist_seen_;
+  std::set<std::pair<int, std::string>> noticed_files_;
+  std::map<std::string, int> causes_seen_;
+  uint64_t last_scan_ns_ = 0, last_metrics_ns_ = 0, last_nvml_round_ns_ = 0;
+  std::string kernel_release_, hostname_;
+};
+
+}  // namespace hangtrace::cli

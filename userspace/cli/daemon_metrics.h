@@ -1,0 +1,64 @@
+// The daemon's Prometheus metrics (docs/fleet.md lists them), served on
+// /metrics by prometheus-cpp. Labels stay bounded: cause, trigger, role, wait
+// kind, GPU index -- never a pid or a tid, which would grow without end.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hangtrace/result.h"
+
+namespace hangtrace::cli {
+
+class DaemonMetrics {
+ public:
+  // Serves on `address` ("127.0.0.1:9464"); "" builds the metrics but serves nothing.
+  static Result<std::unique_ptr<DaemonMetrics>> start(const std::string& address, const std::string& kernel);
+
+  void set_jobs(size_t jobs, size_t processes);
+  // Jobs hung now, by cause (every cause seen keeps its series, at 0 when none is hung).
+  void set_hangs_active(const std::map<std::string, int>& by_cause);
+  void hang_detected(const std::string& cause);
+  void bundle_written(const std::string& trigger);
+  void bundle_failed();
+  void process_death(const std::string& how);  // "oom-kill", "signal", "exit-nonzero"
+  // In-kernel log2 bucket increments (already folded to the exported buckets).
+  void observe_blocked(const std::string& role, const std::string& wait, const std::vector<double>& buckets,
+                       double sum_seconds);
+  void add_gpu_idle(unsigned gpu, double seconds);
+  void set_ring_counters(uint64_t events, uint64_t dropped);
+  void set_self_usage(double cpu_seconds, double resident_bytes);
+  void scan_took(double seconds);
+  std::string bound_address() const;  // "127.0.0.1:9464", the port the kernel picked for ":0"
+
+ private:
+  DaemonMetrics() = default;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Gauge>* jobs_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* hang_active_ = nullptr;
+  prometheus::Family<prometheus::Counter>* hangs_detected_ = nullptr;
+  prometheus::Family<prometheus::Counter>* bundles_ = nullptr;
+  prometheus::Family<prometheus::Counter>* bundle_errors_ = nullptr;
+  prometheus::Family<prometheus::Counter>* deaths_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* blocked_ = nullptr;
+  prometheus::Family<prometheus::Counter>* gpu_idle_ = nullptr;
+  prometheus::Family<prometheus::Counter>* events_ = nullptr;
+  prometheus::Family<prometheus::Counter>* dropped_ = nullptr;
+  prometheus::Family<prometheus::Counter>* cpu_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* rss_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* scan_seconds_ = nullptr;
+  uint64_t events_seen_ = 0, dropped_seen_ = 0;
+  double cpu_seen_ = 0;
+};
+
+}  // namespace hangtrace::cli

@@ -1,0 +1,310 @@
+#include "hangtrace/bundle.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "hangtrace/exports.h"
+#include "hangtrace/report.h"
+#include "hangtrace/snapshot_json.h"
+
+namespace hangtrace {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kTempPrefix = ".incomplete-";
+
+// A comm or a command line is raw bytes: invalid UTF-8 is replaced, not thrown on.
+std::string dump(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+Result<bool> write_file_synced(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return make_error(fmt::format("failed to write {}: {}", path, errno_text()));
+  size_t off = 0;
+  while (off < content.size()) {
+    ssize_t n = write(fd, content.data() + off, content.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::string why = errno_text();
+      close(fd);
+      return make_error(fmt::format("failed to write {}: {}", path, why));
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 && errno != EINVAL) {
+    std::string why = errno_text();
+    close(fd);
+    return make_error(fmt::format("failed to write {}: {}", path, why));
+  }
+  close(fd);
+  return true;
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  fsync(fd);
+  close(fd);
+}
+
+std::string utc_stamp(double unix_time) {
+  time_t t = static_cast<time_t>(unix_time);
+  tm tmv{};
+  gmtime_r(&t, &tmv);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tmv);
+  return buf;
+}
+
+// Host names and triggers go into a path: anything but [A-Za-z0-9._-] becomes '_'.
+std::string path_safe(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  return out.empty() ? "unknown" : out;
+}
+
+Result<json> read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return make_error(fmt::format("{}: {}", std::filesystem::path(path).filename().string(), errno_text()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded())
+    return make_error(fmt::format("{}: not valid JSON", std::filesystem::path(path).filename().string()));
+  return j;
+}
+
+}  // namespace
+
+const std::vector<std::string>& bundle_file_names() {
+  static const std::vector<std::string> names = {"report.txt",    "report.json",    "snapshot.json",
+                                                 "stacks.folded", "flamegraph.svg", "trace.json",
+                                                 "recorder.json", "meta.json"};
+  return names;
+}
+
+BundleMeta bundle_meta_for(const Snapshot& snap, const Diagnosis& d, const std::string& trigger) {
+  BundleMeta m;
+  m.trigger = trigger;
+  m.verdict = d.verdict.status;
+  m.summary = d.verdict.summary;
+  m.cause = d.findings.empty() ? trigger : d.findings.front().kind;
+  m.job_pid = snap.target_pid;
+  m.hostname = snap.hostname;
+  m.hangtrace_version = snap.hangtrace_version;
+  m.created_unix = static_cast<double>(std::time(nullptr));
+  m.incident_unix = snap.taken_at_unix;
+  if (d.progress_stopped) m.last_progress_unix = d.progress_stopped->unix_time;
+  if (const ProcessInfo* p = snap.process(snap.target_pid)) {
+    m.job_comm = p->comm;
+    m.job_cmdline = p->cmdline;
+    m.rank = p->rank;
+    m.world_size = p->world_size;
+    m.local_rank = p->local_rank;
+  }
+  for (const auto& p : snap.processes)
+    if (p.role != ProcessRole::Peer) m.pids.push_back(p.pid);
+  return m;
+}
+
+json bundle_meta_to_json(const BundleMeta& m) {
+  auto opt = [](const std::optional<int>& v) { return v ? json(*v) : json(nullptr); };
+  return {{"schema", m.schema},
+          {"trigger", m.trigger},
+          {"cause", m.cause},
+          {"verdict", m.verdict},
+          {"summary", m.summary},
+          {"job_pid", m.job_pid},
+          {"job_start_ticks", m.job_start_ticks},
+          {"note", m.note},
+          {"job_comm", m.job_comm},
+          {"job_cmdline", m.job_cmdline},
+          {"hostname", m.hostname},
+          {"created_unix", m.created_unix},
+          {"incident_unix", m.incident_unix},
+          {"last_progress_unix", m.last_progress_unix > 0 ? json(m.last_progress_unix) : json(nullptr)},
+          {"rank", opt(m.rank)},
+          {"world_size", opt(m.world_size)},
+          {"local_rank", opt(m.local_rank)},
+          {"hangtrace_version", m.hangtrace_version},
+          {"pids", m.pids}};
+}
+
+Result<BundleMeta> bundle_meta_from_json(const json& j) {
+  if (!j.is_object()) return make_error("meta.json: not an object");
+  BundleMeta m;
+  auto str = [&](const char* key, std::string& out) {
+    if (auto it = j.find(key); it != j.end() && it->is_string()) out = it->get<std::string>();
+  };
+  auto num = [&](const char* key, auto& out) {
+    if (auto it = j.find(key); it != j.end() && it->is_number()) out = it->get<std::decay_t<decltype(out)>>();
+  };
+  auto opt = [&](const char* key, std::optional<int>& out) {
+    if (auto it = j.find(key); it != j.end() && it->is_number_integer()) out = it->get<int>();
+  };
+  str("schema", m.schema);
+  if (m.schema != kBundleSchema)
+    return make_error(fmt::format("meta.json: schema '{}', expected '{}'", m.schema, kBundleSchema));
+  str("trigger", m.trigger);
+  str("cause", m.cause);
+  str("verdict", m.verdict);
+  str("summary", m.summary);
+  num("job_pid", m.job_pid);
+  num("job_start_ticks", m.job_start_ticks);
+  str("note", m.note);
+  str("job_comm", m.job_comm);
+  str("job_cmdline", m.job_cmdline);
+  str("hostname", m.hostname);
+  num("created_unix", m.created_unix);
+  num("incident_unix", m.incident_unix);
+  num("last_progress_unix", m.last_progress_unix);
+  opt("rank", m.rank);
+  opt("world_size", m.world_size);
+  opt("local_rank", m.local_rank);
+  str("hangtrace_version", m.hangtrace_version);
+  if (auto it = j.find("pids"); it != j.end() && it->is_array())
+    for (const auto& p : *it)
+      if (p.is_number_integer()) m.pids.push_back(p.get<int>());
+  return m;
+}
+
+BundleContent render_bundle(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live,
+                            BundleMeta meta, const json& recorder) {
+  BundleContent c;
+  ReportOptions ro;
+  ro.verbosity = 1;  // a postmortem wants every thread
+  c.files["report.txt"] = render_text(snap, d, ro, live);
+  c.files["report.json"] = dump(render_json(snap, d, live), 2);
+  c.files["snapshot.json"] = dump(snapshot_to_json(snap), 1);
+  FoldedProfile folded = build_folded(snap, &d, live);
+  c.files["stacks.folded"] = render_folded(folded);
+  FlameGraphOptions fo;
+  fo.title =
+      fmt::format("hangtrace: {} (pid {}) on {}: blocked time", meta.job_comm, meta.job_pid, meta.hostname);
+  fo.subtitle = fmt::format("{}: {}", meta.trigger, d.verdict.summary);
+  c.files["flamegraph.svg"] = render_flamegraph_svg(folded, fo);
+  c.files["trace.json"] = dump(render_chrome_trace(snap, &d, live), -1);
+  c.files["recorder.json"] = dump(recorder, 1);
+  c.files["meta.json"] = dump(bundle_meta_to_json(meta), 2);
+  c.meta = std::move(meta);
+  return c;
+}
+
+std::string bundle_dir_name(const BundleMeta& meta) {
+  double when = meta.incident_unix > 0 ? meta.incident_unix : meta.created_unix;
+  return fmt::format("{}-{}-{}-{}", utc_stamp(when), path_safe(meta.hostname), meta.job_pid,
+                     path_safe(meta.trigger));
+}
+
+Result<std::string> write_bundle(const std::string& parent, const std::string& name,
+                                 const BundleContent& content) {
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return make_error(fmt::format("failed to create {}: {}", parent, ec.message()));
+  std::string tmp_template = fmt::format("{}/{}{}.XXXXXX", parent, kTempPrefix, name);
+  std::vector<char> buf(tmp_template.begin(), tmp_template.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data()))
+    return make_error(fmt::format("failed to create a directory in {}: {}", parent, errno_text()));
+  std::string tmp = buf.data();
+  chmod(tmp.c_str(), 0755);
+  auto abandon = [&](const std::string& why) -> Result<std::string> {
+    std::filesystem::remove_all(tmp, ec);
+    return make_error(why);
+  };
+  // meta.json last: a directory with a meta.json was written whole, even
+  // read in place by a tool that ignores the rename.
+  for (const std::string& file : bundle_file_names()) {
+    auto it = content.files.find(file);
+    if (it == content.files.end())
+      return abandon(fmt::format("failed to write a bundle: {} is missing", file));
+    if (auto r = write_file_synced(tmp + "/" + file, it->second); !r) return abandon(r.error());
+  }
+  fsync_dir(tmp);
+  // A name already taken (two incidents in one second) gets a counter.
+  std::string final_path = fmt::format("{}/{}", parent, name);
+  for (int i = 2; std::filesystem::exists(final_path, ec); ++i)
+    final_path = fmt::format("{}/{}.{}", parent, name, i);
+  if (rename(tmp.c_str(), final_path.c_str()) != 0)
+    return abandon(fmt::format("failed to move the bundle into {}: {}", final_path, errno_text()));
+  fsync_dir(parent);
+  return final_path;
+}
+
+Result<size_t> prune_bundles(const std::string& parent, size_t keep) {
+  std::error_code ec;
+  std::vector<std::pair<double, std::string>> bundles;  // (created, path)
+  size_t removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    std::string name = entry.path().filename().string();
+    if (name.starts_with(kTempPrefix)) {
+      // A writer that died mid-bundle; a live writer's directory is younger than a minute.
+      auto age = std::filesystem::file_time_type::clock::now() - entry.last_write_time(ec);
+      if (!ec && age > std::chrono::minutes(1)) {
+        std::filesystem::remove_all(entry.path(), ec);
+        ++removed;
+      }
+      continue;
+    }
+    auto meta = read_json_file(entry.path() / "meta.json");
+    if (!meta) continue;  // not ours: never delete what we did not write
+    auto m = bundle_meta_from_json(*meta);
+    if (!m) continue;
+    bundles.push_back({m->created_unix, entry.path().string()});
+  }
+  if (ec) return make_error(fmt::format("failed to list {}: {}", parent, ec.message()));
+  std::sort(bundles.begin(), bundles.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+  for (size_t i = keep; i < bundles.size(); ++i) {
+    std::filesystem::remove_all(bundles[i].second, ec);
+    if (!ec) ++removed;
+  }
+  return removed;
+}
+
+Result<LoadedBundle> read_bundle(const std::string& dir) {
+  auto failed = [&](const std::string& why) {
+    return make_error(fmt::format("failed to read bundle {}: {}", dir, why));
+  };
+  LoadedBundle b;
+  b.path = dir;
+  auto meta = read_json_file(dir + "/meta.json");
+  if (!meta) return failed(meta.error());
+  auto m = bundle_meta_from_json(*meta);
+  if (!m) return failed(m.error());
+  b.meta = std::move(*m);
+  auto snap_json = read_json_file(dir + "/snapshot.json");
+  if (!snap_json) return failed(snap_json.error());
+  auto snap = snapshot_from_json(*snap_json);
+  if (!snap) return failed("snapshot.json: " + snap.error());
+  b.snapshot = std::move(*snap);
+  auto report = read_json_file(dir + "/report.json");
+  if (!report) return failed(report.error());
+  b.report = std::move(*report);
+  auto recorder = read_json_file(dir + "/recorder.json");
+  if (!recorder) return failed(recorder.error());
+  b.recorder = std::move(*recorder);
+  return b;
+}
+
+}  // namespace hangtrace
