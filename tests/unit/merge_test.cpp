@@ -249,7 +249,15 @@ TEST(Merge, WarnsOnDuplicateRanks) {
   EXPECT_EQ(m.jobs[0].ranks.size(), 2u);
   ASSERT_EQ(m.warnings.size(), 1u);
   EXPECT_EQ(m.warnings[0].rfind("rank 0 is in two bundles", 0), 0u) << m.warnings[0];
-  EXPECT_EQ(m.jobs[0].ranks[0].host, "a");
+  EXPECT_EQ(m.jobs[0].ranks[0].host, "a");  // same snapshot time: the first given
+
+  LoadedBundle newer = rank_bundle(0, 2, "a2", 250, in_all_reduce(0, 40));
+  newer.snapshot.sampled_at_unix += 60;
+  m = merge_bundles({rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), newer,
+                     rank_bundle(1, 2, "b", 300, uploading(0, 41))});
+  ASSERT_EQ(m.warnings.size(), 1u);
+  EXPECT_NE(m.warnings[0].find("using the newer one, /bundles/a2-250"), std::string::npos) << m.warnings[0];
+  EXPECT_EQ(m.jobs[0].ranks[0].host, "a2");
 }
 
 // A host's bundle of its launcher holds the local ranks, and their

@@ -130,15 +130,20 @@ void analyse_job(MergedJob& job, std::vector<std::string>& warnings) {
     if (a.rank.has_value() != b.rank.has_value()) return a.rank.has_value();
     return a.rank && *a.rank < *b.rank;
   });
-  // Duplicate ranks: the first bundle's wins.
+  // Duplicate ranks (a daemon's directory holds every incident of the job):
+  // the newest snapshot wins, the first given on a tie.
   std::vector<MergedRank> kept;
   for (auto& r : job.ranks) {
     if (r.rank && !kept.empty() && kept.back().rank == r.rank) {
-      const MergedRank& first = kept.back();
+      MergedRank& other = kept.back();
+      bool newer = r.sampled_at_unix > other.sampled_at_unix;
+      const MergedRank& use = newer ? r : other;
       warnings.push_back(
           fmt::format("rank {} is in two bundles: {} (host {}, pid {}) and {} (host {}, pid {}); "
-                      "using the first",
-                      *r.rank, first.bundle, first.host, first.pid, r.bundle, r.host, r.pid));
+                      "using the {} one, {}",
+                      *r.rank, other.bundle, other.host, other.pid, r.bundle, r.host, r.pid,
+                      newer ? "newer" : "first", use.bundle));
+      if (newer) other = std::move(r);
       continue;
     }
     kept.push_back(std::move(r));
