@@ -52,6 +52,29 @@ std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread);
 // collective on a worker thread (ProcessGroupGloo::runLoop), NCCL on the GPU.
 std::optional<CollectiveCall> collective_in_progress(const ProcessInfo& process, const ThreadInfo& thread);
 
+// The collective one of the process's threads is in (the main thread's when
+// it is in one, else the first such thread's), and that thread's tid.
+struct ProcessCollective {
+  CollectiveCall call;
+  int tid = 0;
+};
+std::optional<ProcessCollective> process_collective(const ProcessInfo& process);
+
+struct WaitGraph;  // analysis.h
+
+// What a rank outside any collective is doing: its main thread's innermost
+// Python frame and its wait, e.g. "in wait_for_checkpoint_upload
+// (train.py:64), sleeps 3.6e+03 s". `graph` is the wait graph of the
+// snapshot holding `process` (build_wait_graph).
+struct RankActivity {
+  int tid = 0;                      // the thread described (the main thread)
+  std::string where;                // "wait_for_checkpoint_upload (train.py:64)", "" without Python frames
+  std::string wait;                 // its wait's summary ("sleeps 3.6e+03 s") or activity name, or ""
+  std::optional<double> blocked_s;  // how long it has been off CPU, when known
+  std::string text;                 // "in WHERE, WAIT" (or what there is of it; "unknown")
+};
+RankActivity rank_activity(const WaitGraph& graph, const ProcessInfo& process);
+
 // The backend a process's collectives run on, from all its threads' native
 // frames: the backend of a thread that is executing collective work (gloo:
 // ProcessGroupGloo::AsyncWork::execute, gloo's algorithms and transport

@@ -28,24 +28,8 @@ std::string rank_text(const ProcessInfo& p) {
   return p.rank ? fmt::format("rank {} (pid {})", *p.rank, p.pid) : fmt::format("pid {}", p.pid);
 }
 
-// What a rank that is not in the collective is doing: its main thread's
-// innermost Python frame and its wait.
 std::string doing_text(const RuleContext& ctx, const ProcessInfo& p) {
-  const ThreadInfo* main = p.thread(p.pid);
-  if (!main && !p.threads.empty()) main = &p.threads.front();
-  if (!main) return "unknown";
-  std::string where;
-  for (const auto& f : main->python_stack) {
-    where = f.line ? fmt::format("{} ({}:{})", f.function, f.file, f.line) : f.function;
-    break;
-  }
-  std::string waits;
-  if (auto it = ctx.graph.threads.find(main->tid); it != ctx.graph.threads.end()) {
-    const ThreadWait& w = it->second;
-    waits = !w.summary.empty() ? w.summary : activity_name(w.activity);
-  }
-  if (where.empty()) return waits.empty() ? "unknown" : waits;
-  return waits.empty() ? "in " + where : fmt::format("in {}, {}", where, waits);
+  return rank_activity(ctx.graph, p).text;
 }
 
 // The ranks of one job: processes whose environment names a rank; without
@@ -78,18 +62,41 @@ std::vector<const ProcessInfo*> job_ranks(const RuleContext& ctx, const ProcessI
 
 }  // namespace
 
+RankActivity rank_activity(const WaitGraph& graph, const ProcessInfo& p) {
+  RankActivity a;
+  const ThreadInfo* main = p.thread(p.pid);
+  if (!main && !p.threads.empty()) main = &p.threads.front();
+  if (!main) {
+    a.text = "unknown";
+    return a;
+  }
+  a.tid = main->tid;
+  if (!main->python_stack.empty()) {
+    const UserFrame& f = main->python_stack.front();
+    a.where = f.line ? fmt::format("{} ({}:{})", f.function, f.file, f.line) : f.function;
+  }
+  if (auto it = graph.threads.find(main->tid); it != graph.threads.end()) {
+    const ThreadWait& w = it->second;
+    a.wait = !w.summary.empty() ? w.summary : activity_name(w.activity);
+    a.blocked_s = w.blocked_s;
+  }
+  if (a.where.empty())
+    a.text = a.wait.empty() ? "unknown" : a.wait;
+  else
+    a.text = a.wait.empty() ? "in " + a.where : fmt::format("in {}, {}", a.where, a.wait);
+  return a;
+}
+
 std::vector<Finding> collective_findings(const RuleContext& ctx) {
   std::map<int, RankView> views;  // by pid
   for (const auto& p : ctx.snap.processes) {
     if (p.role == ProcessRole::Peer) continue;
     RankView& v = views[p.pid];
     v.process = &p;
-    for (const auto& t : p.threads)
-      if (auto c = collective_in_progress(p, t)) {
-        v.call = c;
-        v.tid = t.tid;
-        if (t.tid == p.pid) break;  // the main thread's is the one to name
-      }
+    if (auto c = process_collective(p)) {
+      v.call = c->call;
+      v.tid = c->tid;
+    }
   }
   if (ctx.live)
     for (const auto& t : ctx.live->gpu.threads) {

@@ -268,4 +268,14 @@ std::optional<CollectiveCall> collective_in_progress(const ProcessInfo& process,
   return call;
 }
 
+std::optional<ProcessCollective> process_collective(const ProcessInfo& process) {
+  std::optional<ProcessCollective> out;
+  for (const auto& t : process.threads)
+    if (auto c = collective_in_progress(process, t)) {
+      out = ProcessCollective{std::move(*c), t.tid};
+      if (t.tid == process.pid) break;  // the main thread's is the one to name
+    }
+  return out;
+}
+
 }  // namespace hangtrace

@@ -1,0 +1,134 @@
+"""hangtrace merge: one bundle per gloo rank, as if from two hosts.
+
+The gloo workload's rank 1 skips the last all_reduce and parks in
+wait_for_checkpoint_upload while rank 0 waits in all_reduce. Each rank is
+traced on its own (`hangtrace --pid <rank> --bundle DIR`), so neither bundle
+alone shows both ranks; `hangtrace merge` of the two must name rank 1 as
+absent from all_reduce, say what it does instead, and exit 2.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from scenario_support import (PYTHON, SYS_FUTEX, Workload, hangtrace_bin, parse_marker, requires_bpf_and_torch,
+                              run_hangtrace, wait_until_blocked, workload)
+
+SYS_CLOCK_NANOSLEEP = 230   # x86_64: time.sleep()
+
+
+def run_merge(*args, timeout=120):
+    argv = [hangtrace_bin(), "merge"] + [str(a) for a in args]
+    completed = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               timeout=timeout, text=True)
+    return argv, completed
+
+
+def dump(argv, completed):
+    return "%s\nexit code %d\n--- stderr ---\n%s\n--- stdout ---\n%s" % (
+        " ".join(argv), completed.returncode, completed.stderr, completed.stdout)
+
+
+@requires_bpf_and_torch
+class MergeRanks(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.job = Workload([PYTHON, "-u", workload("gloo_allreduce_skip.py"), "--steps", "3"])
+        cls.tmp = tempfile.mkdtemp(prefix="hangtrace-merge-")
+        try:
+            marker = parse_marker(cls.job.wait_for_line("READY", timeout=180))
+            cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
+            # Rank 0's main thread in all_reduce (a futex wait for gloo's
+            # worker), rank 1's asleep outside any collective.
+            wait_until_blocked(cls.rank0, main_syscalls=[SYS_FUTEX], all_threads=False, settle=1.0)
+            wait_until_blocked(cls.rank1, main_syscalls=[SYS_CLOCK_NANOSLEEP], all_threads=False, settle=1.0)
+            cls.bundles = os.path.join(cls.tmp, "bundles")
+            cls.traces = [run_hangtrace(pid, "--bundle", cls.bundles) for pid in (cls.rank0, cls.rank1)]
+            cls.paths = sorted(glob.glob(os.path.join(cls.bundles, "*")))
+            cls.merge_argv, cls.merged = run_merge(*cls.paths, "--json", "-")
+            try:
+                cls.report = json.loads(cls.merged.stdout)
+            except ValueError:
+                cls.report = None
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.job.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        for trace in self.traces:
+            self.assertNotEqual(trace.returncode, 1, trace.dump())
+        self.assertEqual(len(self.paths), 2, "expected one bundle per rank: %s" % self.paths)
+        self.assertIsNotNone(self.report, dump(self.merge_argv, self.merged))
+        self.assertTrue(self.job.alive(), self.job.stderr_tail())
+
+    def only_job(self):
+        jobs = self.report.get("jobs") or []
+        self.assertEqual(len(jobs), 1, dump(self.merge_argv, self.merged))
+        self.assertEqual(jobs[0].get("world_size"), 2, dump(self.merge_argv, self.merged))
+        return jobs[0]
+
+    def test_names_rank_1_absent_from_all_reduce(self):
+        out = dump(self.merge_argv, self.merged)
+        self.assertEqual(self.merged.returncode, 2, out)
+        self.assertEqual(self.report.get("schema"), "hangtrace.merge/1", out)
+        self.assertEqual(self.report["verdict"]["status"], "hang", out)
+        job = self.only_job()
+        self.assertEqual(job.get("collective"), "all_reduce", out)
+        self.assertEqual(job.get("backend"), "gloo", out)
+        self.assertEqual(job.get("waiting"), [0], out)
+        absent = job.get("absent") or []
+        self.assertEqual([(a.get("rank"), a.get("pid"), a.get("has_bundle")) for a in absent],
+                         [(1, self.rank1, True)], out)
+        self.assertIn("wait_for_checkpoint_upload", absent[0].get("doing") or "", out)
+        self.assertEqual(job.get("missing"), [], out)
+        summary = self.report["verdict"]["summary"]
+        self.assertTrue(summary.startswith("rank 1 (host "), out)
+        self.assertIn("pid %d) never joined all_reduce" % self.rank1, summary)
+        self.assertIn("wait_for_checkpoint_upload", summary)
+        self.assertEqual(self.report.get("warnings"), [], out)
+
+    def test_each_rank_comes_from_its_own_bundle(self):
+        out = dump(self.merge_argv, self.merged)
+        ranks = {r.get("rank"): r for r in self.only_job().get("ranks") or []}
+        self.assertEqual(sorted(ranks), [0, 1], out)
+        self.assertEqual(ranks[0]["pid"], self.rank0, out)
+        self.assertEqual(ranks[1]["pid"], self.rank1, out)
+        self.assertNotEqual(ranks[0]["bundle"], ranks[1]["bundle"], out)
+        self.assertTrue(ranks[0]["in_collective"], out)
+        self.assertEqual(ranks[0]["collective"]["op"], "all_reduce", out)
+        self.assertGreater(ranks[0]["collective"]["blocked_s"] or 0, 0, out)
+        self.assertFalse(ranks[1]["in_collective"], out)
+        first = self.only_job().get("first_stall")
+        self.assertIsInstance(first, dict, out)
+        self.assertIn(first.get("rank"), (0, 1), out)
+
+    def test_parent_directory_and_text_report(self):
+        argv, completed = run_merge(self.bundles)
+        out = dump(argv, completed)
+        self.assertEqual(completed.returncode, 2, out)
+        self.assertIn("verdict: HANG: rank 1 (host", completed.stdout, out)
+        self.assertIn("missing from all_reduce:", completed.stdout, out)
+
+    def test_unreadable_bundle_is_an_error(self):
+        bogus = os.path.join(self.tmp, "not-a-bundle")
+        os.makedirs(bogus, exist_ok=True)
+        argv, completed = run_merge(self.paths[0], bogus)
+        out = dump(argv, completed)
+        self.assertEqual(completed.returncode, 1, out)
+        lines = completed.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, out)
+        self.assertTrue(lines[0].startswith("hangtrace: failed to read bundle %s" % bogus), out)
+
+
+if __name__ == "__main__":
+    unittest.main()
