@@ -347,6 +347,29 @@ TEST(CollectiveWait, NoFindingWhenEveryRankIsInTheCollective) {
   EXPECT_EQ(find_kind(d, "collective-wait"), nullptr);
 }
 
+// DataLoader workers inherit RANK from their rank's environment: a worker
+// busy elsewhere is not a rank absent from the collective.
+TEST(CollectiveWait, WorkersWithTheirRanksEnvironmentAreNotRanks) {
+  std::vector<ProcessInfo> procs = {
+      process(100, 1, ProcessRole::Target, {blocked_thread(100, "python3", 50, 61)})};
+  for (int r = 0; r < 2; ++r) {
+    ThreadInfo t = blocked_thread(200 + r, "python3", 40);
+    t.python_stack = {py("all_reduce", "/x/torch/distributed/distributed_c10d.py", 1536)};
+    ProcessInfo p = process(200 + r, 100, ProcessRole::Descendant, {t});
+    p.rank = r;
+    p.world_size = 2;
+    procs.push_back(p);
+    ThreadInfo wt = blocked_thread(300 + r, "pt_data_worker", 41, 0);
+    wt.python_stack = {py("_worker_loop", "/x/torch/utils/data/_utils/worker.py", 308)};
+    ProcessInfo worker = process(300 + r, 200 + r, ProcessRole::Descendant, {wt});
+    worker.rank = r;
+    worker.world_size = 2;
+    procs.push_back(worker);
+  }
+  Diagnosis d = diagnose(snapshot(100, procs, 95 * kSec));
+  EXPECT_EQ(find_kind(d, "collective-wait"), nullptr) << d.verdict.summary;
+}
+
 // NCCL collectives return at once; the rank that never issued #57 is the
 // one with fewer calls.
 TEST(CollectiveWait, NcclRankBehindByItsCallCount) {

@@ -36,10 +36,15 @@ std::string doing_text(const RuleContext& ctx, const ProcessInfo& p) {
 // any, the processes the collective's sockets connect (gloo's full mesh).
 std::vector<const ProcessInfo*> job_ranks(const RuleContext& ctx, const ProcessInfo& waiting) {
   std::vector<const ProcessInfo*> out;
-  for (const auto& p : ctx.snap.processes)
-    if (p.role != ProcessRole::Peer && p.rank &&
-        (!waiting.world_size || !p.world_size || *p.world_size == *waiting.world_size))
-      out.push_back(&p);
+  for (const auto& p : ctx.snap.processes) {
+    if (p.role == ProcessRole::Peer || !p.rank ||
+        (waiting.world_size && p.world_size && *p.world_size != *waiting.world_size))
+      continue;
+    // A DataLoader worker inherits its rank's environment: it is not a rank.
+    const ProcessInfo* parent = ctx.snap.process(p.ppid);
+    if (parent && parent->role != ProcessRole::Peer && parent->rank == p.rank) continue;
+    out.push_back(&p);
+  }
   if (!out.empty()) return out;
   std::set<uint64_t> mine;
   for (const auto& fd : waiting.fds)
