@@ -23,7 +23,7 @@ import urllib.request
 
 from scenario_support import (BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
                               parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1,
-                              wait_until_blocked, workload)
+                              hangtrace_bin, wait_until_blocked, workload)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -251,6 +251,30 @@ class DaemonHealthyJob(FleetTestCase):
         self.assertEqual(os.listdir(self.bundles), [])
         self.assertNotIn("hangtrace_hang_active{", daemon.metrics())
         self.assertTrue(job.alive(), job.stderr_tail())
+
+
+@requires_bpf_and_torch
+class DaemonRanksMerged(FleetTestCase):
+    def test_each_rank_is_a_job_and_merge_names_the_absent_one(self):
+        # The launcher (like torchrun) matches too, but its ranks are the jobs.
+        daemon = self.daemon("--match", r"gloo_allreduce_skip\.py", "--hang-after", "4", "--scan-every", "0.2")
+        job = self.start("gloo_allreduce_skip.py", "--steps", "3")
+        marker = parse_marker(job.wait_for_line("READY", timeout=180))
+        launcher, rank0, rank1 = marker["launcher"][0], marker["rank0"][0], marker["rank1"][0]
+        paths = [daemon.wait_for_bundle(timeout=120), daemon.wait_for_bundle(timeout=120)]
+        metas = {read_bundle_meta(p)["rank"]: read_bundle_meta(p) for p in paths}
+        self.assertEqual(sorted(metas), [0, 1], metas)
+        self.assertEqual(metas[0]["job_pid"], rank0, metas)
+        self.assertEqual(metas[1]["job_pid"], rank1, metas)
+        self.assertFalse([l for l in daemon.lines if "tracking job %d " % launcher in l], "\n".join(daemon.lines))
+        merged = subprocess.run([hangtrace_bin(), "merge", self.bundles, "--json", "-"], capture_output=True,
+                                text=True, timeout=120)
+        self.assertEqual(merged.returncode, 2, merged.stdout + merged.stderr)
+        report = json.loads(merged.stdout)
+        self.assertEqual(len(report["jobs"]), 1, report)
+        absent = report["jobs"][0]["absent"]
+        self.assertEqual([a["rank"] for a in absent], [1], report)
+        self.assertIn("wait_for_checkpoint_upload", json.dumps(absent), report)
 
 
 @requires_bpf_and_torch
