@@ -69,6 +69,14 @@ std::vector<int> job_roots(const std::vector<ProcessEntry>& processes);
 // `root`'s descendants in `processes` (children, grandchildren, ...).
 std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& processes);
 
+// ---- incidents -------------------------------------------------------------------
+
+// The bundle trigger a process's death is ("sigbus", "abnormal-exit"), from
+// its raw wait status, or nullopt for an ordinary end: a normal exit, or a
+// stop by SIGTERM, SIGINT, SIGHUP or SIGKILL (its scheduler or its user; the
+// OOM killer's SIGKILL is an oom-kill, known from its own record).
+std::optional<std::string> exit_incident(int raw_status);
+
 // ---- roles and wait kinds (metric labels, bounded) ----------------------------
 
 // "main_thread" (the job's main thread), "main_process" (its other threads:

@@ -34,7 +34,8 @@ struct Scratch {
 
 std::string fetch(const std::string& url) {
   CommandResult r = run_command(
-      {"/usr/bin/python3", "-c", "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1]).read().decode())", url});
+      {"/usr/bin/python3", "-c",
+       "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1]).read().decode())", url});
   return r.out;
 }
 
@@ -50,8 +51,8 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   std::ofstream(s.path("nvml.txt")) << "devices 1\nname 0 NVIDIA H200\nutil 0 0 0\npower 0 71000\n"
                                        "memory 0 75161927680 150323855360\n";
   Workload daemon({"sh", "-c",
-                   "HANGTRACE_NVML_LIBRARY=" + std::string(HT_STUB_NVML_LIBRARY) + " HT_STUB_NVML_SCRIPT=" +
-                       s.path("nvml.txt") + " exec " + hangtrace_path() +
+                   "HANGTRACE_NVML_LIBRARY=" + std::string(HT_STUB_NVML_LIBRARY) +
+                       " HT_STUB_NVML_SCRIPT=" + s.path("nvml.txt") + " exec " + hangtrace_path() +
                        " daemon --match repro_gpu_calls --hang-after 4 --check-every 0.5 --scan-every 0.2"
                        " --metrics 127.0.0.1:0 --bundle-dir " +
                        s.path("bundles") + " 2>&1"});
@@ -63,7 +64,8 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   // The job dlopens the stubs, waits until they carry the daemon's uprobes,
   // launches 105 kernels, then blocks reading a FIFO nobody writes.
   Workload job({"sh", "-c",
-                "exec 7<>" + s.path("sync") + "; HT_STUB_CUDA_SYNC_FD=7 HT_WAIT_FOR_UPROBES=1 HT_STARVE_ON_FD=7 exec " +
+                "exec 7<>" + s.path("sync") +
+                    "; HT_STUB_CUDA_SYNC_FD=7 HT_WAIT_FOR_UPROBES=1 HT_STARVE_ON_FD=7 exec " +
                     repro_path("repro_gpu_calls") + " " + HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY});
   std::string tracking = daemon.wait_for_line("hangtrace daemon: tracking job " + std::to_string(job.pid()),
                                               std::chrono::seconds(30));

@@ -97,6 +97,18 @@ TEST(DaemonJobs, ABadRegexIsOneClearError) {
   EXPECT_EQ(m.error().rfind("failed to compile --match 'train(': ", 0), 0u) << m.error();
 }
 
+TEST(DaemonIncidents, WhichDeathsAreBundled) {
+  EXPECT_EQ(exit_incident(0), std::nullopt);
+  EXPECT_EQ(exit_incident(3 << 8), "abnormal-exit");
+  EXPECT_EQ(exit_incident(7), "sigbus");
+  EXPECT_EQ(exit_incident(7 | 0x80), "sigbus");  // with a core dump
+  EXPECT_EQ(exit_incident(11), "abnormal-exit");
+  EXPECT_EQ(exit_incident(6), "abnormal-exit");
+  EXPECT_EQ(exit_incident(15), std::nullopt);
+  EXPECT_EQ(exit_incident(2), std::nullopt);
+  EXPECT_EQ(exit_incident(9), std::nullopt);
+}
+
 TEST(DaemonHistograms, Log2BucketsFoldIntoPowersOfFour) {
   const auto& bounds = exported_bucket_bounds();
   ASSERT_EQ(bounds.size(), 15u);

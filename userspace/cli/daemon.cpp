@@ -34,18 +34,6 @@ bool worth_recording(uint32_t type) {
   return type != HT_EV_GPU_ACTIVITY && type != HT_EV_FUTEX_WAKE && type != HT_EV_WAKEUP;
 }
 
-// Deaths that say something went wrong. A job stopped by its scheduler or its
-// user (SIGTERM, SIGINT, SIGHUP) or killed with SIGKILL by something other
-// than the OOM killer is an ordinary end, counted but not bundled.
-std::optional<std::string> abnormal_exit(int raw_status) {
-  int sig = raw_status & 0x7f;
-  int code = (raw_status >> 8) & 0xff;
-  if (sig == SIGBUS) return "sigbus";
-  if (sig == SIGSEGV || sig == SIGABRT || sig == SIGILL || sig == SIGFPE) return "abnormal-exit";
-  if (sig == 0 && code != 0) return "abnormal-exit";
-  return std::nullopt;
-}
-
 std::string trim_comm(const char* comm, size_t n) { return std::string(comm, strnlen(comm, n)); }
 
 uint64_t self_rss_bytes() {
@@ -163,7 +151,7 @@ void Daemon::on_record(const void* data, size_t size) {
         if (!(e.flags & 1)) break;  // a thread, not the whole process
         int status = static_cast<int>(e.exit_code);
         bool oom = job.incident_seen.count({tgid, "oom-kill"}) > 0;
-        if (auto how = abnormal_exit(status); how && !oom) {
+        if (auto how = daemon::exit_incident(status); how && !oom) {
           metrics_->process_death((status & 0x7f) ? "signal" : "exit-nonzero");
           incident(*how, tgid, trim_comm(h.comm, sizeof h.comm));
         } else if ((status & 0x7f) && !oom) {
@@ -195,6 +183,7 @@ void Daemon::drop_process(int pid) {
   job_of_.erase(owner);
   forget_after_metrics_.push_back(pid);
   std::erase_if(noticed_files_, [&](const auto& p) { return p.first == pid; });
+  log(1, fmt::format("job {}: process {} leaves", root, pid));
   if (auto it = jobs_.find(root); it != jobs_.end()) it->second.pids.erase(pid);
 }
 

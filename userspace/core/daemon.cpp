@@ -147,6 +147,17 @@ std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& proce
   return out;
 }
 
+// ---- incidents -------------------------------------------------------------------
+
+std::optional<std::string> exit_incident(int raw_status) {
+  int sig = raw_status & 0x7f;
+  int code = (raw_status >> 8) & 0xff;
+  if (sig == 7 /* SIGBUS */) return "sigbus";
+  if (sig == 0) return code != 0 ? std::optional<std::string>("abnormal-exit") : std::nullopt;
+  if (sig == 1 || sig == 2 || sig == 9 || sig == 15) return std::nullopt;  // SIGHUP SIGINT SIGKILL SIGTERM
+  return "abnormal-exit";  // SIGSEGV, SIGABRT, SIGILL, SIGFPE, ...
+}
+
 // ---- roles and wait kinds -------------------------------------------------------
 
 const char* role_name(bool is_job_root, bool main_thread) {

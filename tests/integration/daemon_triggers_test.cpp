@@ -1,0 +1,108 @@
+// The daemon's incident triggers on real deaths of a tracked worker
+// (tests/integration/repro/repro_dying_worker.cpp): a real SIGBUS and a
+// non-zero exit each get a bundle naming the worker; a worker stopped with
+// SIGTERM (an ordinary stop) gets none.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "support.h"
+
+namespace hangtrace::testing {
+namespace {
+
+struct BundleDir {
+  std::filesystem::path dir;
+  BundleDir() {
+    char tmpl[] = "/tmp/hangtrace-daemon-triggers-XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  ~BundleDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+class DaemonTriggers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = missing_privileges();
+    if (!why.empty()) GTEST_SKIP() << why;
+    daemon_ = std::make_unique<Workload>(
+        std::vector<std::string>{"sh", "-c",
+                                 "exec " + hangtrace_path() +
+                                     " daemon --match repro_dying_worker --hang-after 600 --scan-every 0.2 "
+                                     "--metrics '' -v --bundle-dir " +
+                                     bundles_.dir.string() + " 2>&1"});
+    ASSERT_FALSE(daemon_->wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60)).empty());
+  }
+
+  // Starts the job, waits until the daemon tracks it and its worker, lets the
+  // worker die; returns {main, worker}.
+  std::pair<int, int> run_job(Workload& job) {
+    std::vector<int> pids = parse_ready_pids(job.wait_for_line("READY"));
+    EXPECT_EQ(pids.size(), 2u);
+    if (pids.size() != 2) return {0, 0};
+    std::string tracking = daemon_->wait_for_line(
+        "hangtrace daemon: tracking job " + std::to_string(pids[0]) + " ", std::chrono::seconds(30));
+    EXPECT_NE(tracking.find("2 process(es)"), std::string::npos) << tracking;
+    job.release();
+    EXPECT_FALSE(job.wait_for_line("REAPED").empty());
+    return {pids[0], pids[1]};
+  }
+
+  nlohmann::json next_bundle_meta(std::string* line_out = nullptr) {
+    std::string line = daemon_->wait_for_line("hangtrace daemon: bundle written: ", std::chrono::seconds(60));
+    if (line_out) *line_out = line;
+    if (line.empty()) return nullptr;
+    std::string path = line.substr(line.find(": /") + 2);
+    path = path.substr(0, path.find(" ("));
+    return nlohmann::json::parse(read_text_file(path + "/meta.json"), nullptr, false);
+  }
+
+  BundleDir bundles_;
+  std::unique_ptr<Workload> daemon_;
+};
+
+TEST_F(DaemonTriggers, RealSigbusOfAWorker) {
+  Workload job({repro_path("repro_dying_worker"), "sigbus"}, true);
+  auto [main, worker] = run_job(job);
+  nlohmann::json meta = next_bundle_meta();
+  ASSERT_TRUE(meta.is_object());
+  EXPECT_EQ(meta["trigger"], "sigbus");
+  EXPECT_EQ(meta["job_pid"], main);
+  EXPECT_NE(meta["note"].get<std::string>().find("process " + std::to_string(worker)), std::string::npos)
+      << meta;
+}
+
+TEST_F(DaemonTriggers, NonZeroExitOfAWorker) {
+  Workload job({repro_path("repro_dying_worker"), "exit3"}, true);
+  auto [main, worker] = run_job(job);
+  nlohmann::json meta = next_bundle_meta();
+  ASSERT_TRUE(meta.is_object());
+  EXPECT_EQ(meta["trigger"], "abnormal-exit");
+  EXPECT_EQ(meta["job_pid"], main);
+  EXPECT_NE(meta["note"].get<std::string>().find("process " + std::to_string(worker)), std::string::npos)
+      << meta;
+}
+
+TEST_F(DaemonTriggers, SigtermIsAnOrdinaryStop) {
+  Workload job({repro_path("repro_dying_worker"), "term"}, true);
+  auto [main, worker] = run_job(job);
+  // The worker's exit record is in once the daemon lets it go; then the job
+  // ends (its main process killed here) with no bundle on the way.
+  std::string left = daemon_->wait_for_line(
+      "hangtrace daemon: job " + std::to_string(main) + ": process " + std::to_string(worker) + " leaves",
+      std::chrono::seconds(30));
+  EXPECT_FALSE(left.empty());
+  job.kill_all();
+  std::string line = daemon_->wait_for_line("hangtrace daemon: ", std::chrono::seconds(30));
+  while (!line.empty() && line.find("ended") == std::string::npos) {
+    EXPECT_EQ(line.find("bundle written"), std::string::npos) << line;
+    line = daemon_->wait_for_line("hangtrace daemon: ", std::chrono::seconds(30));
+  }
+  EXPECT_NE(line.find("job " + std::to_string(main) + " "), std::string::npos) << line;
+  EXPECT_TRUE(std::filesystem::is_empty(bundles_.dir));
+}
+
+}  // namespace
+}  // namespace hangtrace::testing
