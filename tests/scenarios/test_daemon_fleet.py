@@ -240,6 +240,11 @@ class DaemonHealthyJob(FleetTestCase):
         job = self.start("healthy_loader.py", "--seconds", "600")
         main = parse_marker(job.wait_for_line("READY"))["main"][0]
         daemon.wait_for_job(main)
+        # A second job that ends on its own meanwhile: its end must not
+        # disturb the first one's watch.
+        short = self.start("healthy_loader.py", "--seconds", "1")
+        short_main = parse_marker(short.wait_for_line("READY"))["main"][0]
+        short.wait_for_line("DONE", timeout=60)
         # Three times --hang-after of progress samples, each one moving.
         signals = []
         started = time.monotonic()
@@ -247,6 +252,8 @@ class DaemonHealthyJob(FleetTestCase):
             line = daemon.wait_for_line("hangtrace daemon: job %d: progress (" % main, timeout=30)
             signals.append(line.rsplit("(", 1)[1].rstrip(")"))
         self.assertIn("wakeups from the job", signals)
+        ended = "hangtrace daemon: job %d (python3) ended" % short_main
+        wait_for(lambda: any(l.startswith(ended) for l in daemon.lines), 30, "the short job to end")
         self.assertFalse([l for l in daemon.lines if "made no progress" in l], "\n".join(daemon.lines))
         self.assertEqual(os.listdir(self.bundles), [])
         self.assertNotIn("hangtrace_hang_active{", daemon.metrics())

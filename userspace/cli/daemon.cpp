@@ -214,9 +214,7 @@ void Daemon::end_job(int root, const std::string& why) {
   auto it = jobs_.find(root);
   if (it == jobs_.end()) return;
   Job& job = it->second;
-  uint64_t far = ~0ull;
-  for (auto& inc : job.incidents) inc.due_ns = 0;
-  check_jobs(far - 1);  // the job's pending incidents are written now
+  write_due_incidents(job, ~0ull);  // every pending one, now
   for (int pid : std::vector<int>(job.pids.begin(), job.pids.end())) drop_process(pid);
   ended_jobs_.insert({root, job.start_ticks});
   std::fprintf(stderr, "hangtrace daemon: job %d (%s) ended: %s\n", root, job.comm.c_str(), why.c_str());
@@ -355,6 +353,30 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
       fmt::format("no progress for {:.0f} s (last: {})", stuck_s, job.watch->last_progress_signal()));
 }
 
+void Daemon::write_due_incidents(Job& job, uint64_t now) {
+  // Incidents whose records have had time to arrive.
+  for (size_t i = 0; i < job.incidents.size();) {
+    if (job.incidents[i].due_ns > now) {
+      ++i;
+      continue;
+    }
+    Incident inc = job.incidents[i];
+    job.incidents.erase(job.incidents.begin() + static_cast<long>(i));
+    // A job dying of what was just bundled (the main process exits after
+    // its worker was OOM-killed) is the same incident.
+    if (inc.trigger == "abnormal-exit" && job.last_bundle_ns &&
+        inc.ts_ns < job.last_bundle_ns + 30'000'000'000ull) {
+      log(1, fmt::format("job {}: {} of process {} follows the last bundle: not bundled again", job.root,
+                         inc.trigger, inc.pid));
+      continue;
+    }
+    std::fprintf(stderr, "hangtrace daemon: job %d: %s of process %d (%s): capturing a bundle\n", job.root,
+                 inc.trigger.c_str(), inc.pid, inc.comm.c_str());
+    write_bundle_for(job, inc.trigger, inc.ts_ns,
+                     fmt::format("{} of process {} ({})", inc.trigger, inc.pid, inc.comm));
+  }
+}
+
 void Daemon::check_jobs(uint64_t now) {
   std::optional<std::vector<WakeupCount>> wakeups;
   const uint64_t every =
@@ -362,27 +384,7 @@ void Daemon::check_jobs(uint64_t now) {
                                                         : std::clamp(options_.hang_after_s / 12, 0.5, 15.0)) *
                             1e9);
   for (auto& [root, job] : jobs_) {
-    // Incidents whose records have had time to arrive.
-    for (size_t i = 0; i < job.incidents.size();) {
-      if (job.incidents[i].due_ns > now) {
-        ++i;
-        continue;
-      }
-      Incident inc = job.incidents[i];
-      job.incidents.erase(job.incidents.begin() + static_cast<long>(i));
-      // A job dying of what was just bundled (the main process exits after
-      // its worker was OOM-killed) is the same incident.
-      if (inc.trigger == "abnormal-exit" && job.last_bundle_ns &&
-          inc.ts_ns < job.last_bundle_ns + 30'000'000'000ull) {
-        log(1, fmt::format("job {}: {} of process {} follows the last bundle: not bundled again", root,
-                           inc.trigger, inc.pid));
-        continue;
-      }
-      std::fprintf(stderr, "hangtrace daemon: job %d: %s of process %d (%s): capturing a bundle\n", root,
-                   inc.trigger.c_str(), inc.pid, inc.comm.c_str());
-      write_bundle_for(job, inc.trigger, inc.ts_ns,
-                       fmt::format("{} of process {} ({})", inc.trigger, inc.pid, inc.comm));
-    }
+    write_due_incidents(job, now);
     job.recorder->prune(now);
     if (now < job.next_check_ns || !job.pids.count(root)) continue;
     job.next_check_ns = now + every;
