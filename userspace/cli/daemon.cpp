@@ -461,6 +461,21 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
   }
   if (trigger == "hang") metrics_->hang_detected(meta.cause);
   nlohmann::json recorder = job.recorder->to_json(offset);
+  // Who woke whom in the job, counted in the kernel since it was tracked
+  // (most frequent first): the steady state streams none of it.
+  recorder["wakeups"] = nlohmann::json::array();
+  if (auto counts = read_wakeup_counts())
+    for (const auto& w : *counts) {
+      if (!job.pids.count(w.wakee_tgid)) continue;
+      if (recorder["wakeups"].size() >= 256) break;
+      recorder["wakeups"].push_back({{"waker_pid", w.waker_tgid},
+                                     {"waker_tid", w.waker_tid},
+                                     {"waker_comm", w.waker_comm},
+                                     {"wakee_pid", w.wakee_tgid},
+                                     {"wakee_tid", w.wakee_tid},
+                                     {"count", w.count},
+                                     {"last_unix", static_cast<double>(w.last_ts_ns) / 1e9 + offset}});
+    }
   recorder["job"] = {{"pid", job.root},
                      {"comm", job.comm},
                      {"matched_by", job.matched_by},
