@@ -225,9 +225,10 @@ void Daemon::end_job(int root, const std::string& why) {
   auto it = jobs_.find(root);
   if (it == jobs_.end()) return;
   Job& job = it->second;
-  uint64_t far = ~0ull;
+  // The job's pending incidents are written now. Only this job's: a
+  // progress check of the others "now" would find each of them hung.
   for (auto& inc : job.incidents) inc.due_ns = 0;
-  check_jobs(far - 1);  // the job's pending incidents are written now
+  write_due_incidents(job, now_ns());
   for (int pid : std::vector<int>(job.pids.begin(), job.pids.end())) drop_process(pid);
   ended_jobs_.insert({root, job.start_ticks});
   std::fprintf(stderr, "hangtrace daemon: job %d (%s) ended: %s\n", root, job.comm.c_str(), why.c_str());
@@ -368,6 +369,22 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
       fmt::format("no progress for {:.0f} s (last: {})", stuck_s, job.watch->last_progress_signal()));
 }
 
+// Incidents whose records have had time to arrive.
+void Daemon::write_due_incidents(Job& job, uint64_t now) {
+  for (size_t i = 0; i < job.incidents.size();) {
+    if (job.incidents[i].due_ns > now) {
+      ++i;
+      continue;
+    }
+    Incident inc = job.incidents[i];
+    job.incidents.erase(job.incidents.begin() + static_cast<long>(i));
+    std::fprintf(stderr, "hangtrace daemon: job %d: %s of process %d (%s): capturing a bundle\n", job.root,
+                 inc.trigger.c_str(), inc.pid, inc.comm.c_str());
+    write_bundle_for(job, inc.trigger, inc.ts_ns,
+                     fmt::format("{} of process {} ({})", inc.trigger, inc.pid, inc.comm));
+  }
+}
+
 void Daemon::check_jobs(uint64_t now) {
   std::optional<std::vector<WakeupCount>> wakeups;
   const uint64_t every =
@@ -375,19 +392,7 @@ void Daemon::check_jobs(uint64_t now) {
                                                         : std::clamp(options_.hang_after_s / 12, 0.5, 15.0)) *
                             1e9);
   for (auto& [root, job] : jobs_) {
-    // Incidents whose records have had time to arrive.
-    for (size_t i = 0; i < job.incidents.size();) {
-      if (job.incidents[i].due_ns > now) {
-        ++i;
-        continue;
-      }
-      Incident inc = job.incidents[i];
-      job.incidents.erase(job.incidents.begin() + static_cast<long>(i));
-      std::fprintf(stderr, "hangtrace daemon: job %d: %s of process %d (%s): capturing a bundle\n", root,
-                   inc.trigger.c_str(), inc.pid, inc.comm.c_str());
-      write_bundle_for(job, inc.trigger, inc.ts_ns,
-                       fmt::format("{} of process {} ({})", inc.trigger, inc.pid, inc.comm));
-    }
+    write_due_incidents(job, now);
     job.recorder->prune(now);
     if (now < job.next_check_ns || !job.pids.count(root)) continue;
     job.next_check_ns = now + every;

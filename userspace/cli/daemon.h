@@ -81,6 +81,7 @@ class Daemon {
   void drop_process(int pid);
   void end_job(int root, const std::string& why);
   void check_jobs(uint64_t now);
+  void write_due_incidents(Job& job, uint64_t now);
   void check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups);
   void write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns, const std::string& note);
   void update_metrics(uint64_t now);
