@@ -1,5 +1,6 @@
 #include "daemon.h"
 
+#include <linux/capability.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -234,6 +235,16 @@ void Daemon::notice_libraries(Job& job) {
       if (!file.starts_with("libcuda.so") && !file.starts_with("libnccl.so")) continue;
       if (noticed_files_.insert({pid, path}).second) tracer_->notice_mapped_file(pid, path);
     }
+  }
+  // A library whose uprobes failed is said once: otherwise only its bundles
+  // would tell ("0 uprobes").
+  for (const auto& h : tracer_->hooks()) {
+    if (h.concern != "gpu" || h.active || h.reason.empty() || h.reason.starts_with("standby") ||
+        !reported_hook_errors_.insert(h.attach).second)
+      continue;
+    bool denied = h.reason.find("Permission denied") != std::string::npos && !has_capability(CAP_SYS_ADMIN);
+    std::fprintf(stderr, "hangtrace daemon: warning: %s: %s%s\n", h.attach.c_str(), h.reason.c_str(),
+                 denied ? " (this kernel allows uprobes only with CAP_SYS_ADMIN: see docs/deploy.md)" : "");
   }
 }
 

@@ -103,6 +103,7 @@ class Daemon {
   std::set<std::pair<int, uint64_t>> ended_jobs_;  // (root, start): never picked up again
   std::map<std::tuple<int, uint8_t, bool>, std::array<uint64_t, HT_HIST_BUCKETS + 1>> hist_seen_;
   std::set<std::pair<int, std::string>> noticed_files_;
+  std::set<std::string> reported_hook_errors_;  // GPU uprobes that failed, said once each
   std::map<std::string, int> causes_seen_;
   uint64_t last_scan_ns_ = 0, last_metrics_ns_ = 0, last_nvml_round_ns_ = 0;
   std::string kernel_release_, hostname_;

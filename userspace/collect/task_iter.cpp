@@ -3,7 +3,9 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,8 +129,24 @@ void set_bpf_verbosity(int level) { g_bpf_verbosity.store(level, std::memory_ord
 
 void install_bpf_print() { libbpf_set_print(libbpf_print); }
 
+bool has_capability(int cap) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (cap < 0 || cap >= 32 * _LINUX_CAPABILITY_U32S_3) return false;
+  if (syscall(SYS_capget, &header, data) != 0) return geteuid() == 0;
+  return ((data[cap / 32].effective >> (cap % 32)) & 1u) != 0;
+}
+
 std::string bpf_unavailable_reason() {
-  if (geteuid() != 0) return "not root: hangtrace needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)";
+  // Root whose capabilities were cut (a systemd unit, a container) is judged
+  // by what it has.
+  if (!has_capability(CAP_SYS_ADMIN) && !(has_capability(CAP_BPF) && has_capability(CAP_PERFMON))) {
+    if (geteuid() != 0) return "not root: hangtrace needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)";
+    return fmt::format("missing {}{}{} (or CAP_SYS_ADMIN): no BPF programs can be loaded",
+                       has_capability(CAP_BPF) ? "" : "CAP_BPF",
+                       has_capability(CAP_BPF) || has_capability(CAP_PERFMON) ? "" : " and ",
+                       has_capability(CAP_PERFMON) ? "" : "CAP_PERFMON");
+  }
   if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
     return fmt::format("no BTF at /sys/kernel/btf/vmlinux: {} (kernel built without CONFIG_DEBUG_INFO_BTF?)",
                        std::strerror(errno));

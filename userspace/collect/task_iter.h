@@ -40,7 +40,11 @@ void set_bpf_verbosity(int level);
 // Routes libbpf's messages through that filter (every loader calls it first).
 void install_bpf_print();
 
-// Why BPF cannot be used here (not root, no BTF, ...), or empty when it can.
+// Why BPF cannot be used here (not root, no CAP_BPF and CAP_PERFMON, no BTF,
+// ...), or empty when it can.
 std::string bpf_unavailable_reason();
+
+// Whether this process has `cap` (CAP_BPF, ...) in its effective set.
+bool has_capability(int cap);
 
 }  // namespace hangtrace

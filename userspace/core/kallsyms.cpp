@@ -86,7 +86,8 @@ Result<KernelSymbols> KernelSymbols::parse(std::string_view text) {
   if (lines == 0) return make_error("failed to parse kallsyms: no symbols");
   if (!any_nonzero) {
     return make_error(
-        "failed to parse kallsyms: all addresses are zero (kptr_restrict hides them; run as root)");
+        "failed to parse kallsyms: all addresses are zero (they are shown only to CAP_SYSLOG, or to "
+        "everyone with kernel.kptr_restrict=0 and kernel.perf_event_paranoid<=1)");
   }
   // Aliases share an address; stable sort keeps the first one kallsyms lists.
   std::stable_sort(out.symbols_.begin(), out.symbols_.end(),
