@@ -67,6 +67,10 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
                           .Name("hangtrace_daemon_scan_seconds")
                           .Help("How long the last scan for new jobs took")
                           .Register(r);
+  // Series an alert takes increase() of exist from the start, at 0.
+  for (const char* how : {"oom-kill", "signal", "exit-nonzero"}) m->deaths_->Add({{"how", how}});
+  for (const char* trigger : {"hang", "oom-kill", "sigbus", "abnormal-exit"})
+    m->bundles_->Add({{"trigger", trigger}});
   m->jobs_->Add({{"what", "jobs"}});
   m->jobs_->Add({{"what", "processes"}});
   m->dropped_->Add({});
@@ -79,6 +83,7 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
       return make_error(fmt::format("failed to serve metrics on {}: {}", address, e.what()));
     }
     m->exposer_->RegisterCollectable(m->registry_);
+    m->address_ = address;
   }
   return m;
 }
@@ -86,7 +91,10 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
 std::string DaemonMetrics::bound_address() const {
   if (!exposer_) return "";
   auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? "" : fmt::format("127.0.0.1:{}", ports.front());
+  if (ports.empty()) return "";
+  // The host as asked ("0.0.0.0" in a pod), the port as bound (":0" picks one).
+  std::string host = address_.substr(0, address_.rfind(':'));
+  return fmt::format("{}:{}", host.empty() ? "127.0.0.1" : host, ports.front());
 }
 
 void DaemonMetrics::set_jobs(size_t jobs, size_t processes) {

@@ -57,6 +57,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* cpu_ = nullptr;
   prometheus::Family<prometheus::Gauge>* rss_ = nullptr;
   prometheus::Family<prometheus::Gauge>* scan_seconds_ = nullptr;
+  std::string address_;
   uint64_t events_seen_ = 0, dropped_seen_ = 0;
   double cpu_seen_ = 0;
 };
