@@ -43,44 +43,11 @@ static __always_inline __u32 hist_log2(__u64 v) {
   return r;
 }
 
-static __always_inline __u8 hist_wait_kind(struct call_state* s) {
-  if (s->kind == CALL_FUTEX_WAIT) return HT_WAIT_FUTEX;
-  switch (s->nr) {
-#if defined(bpf_target_x86)
-    case 42:  /* connect */
-    case 43:  /* accept */
-    case 288: /* accept4 */
-    case 44:  /* sendto */
-    case 45:  /* recvfrom */
-    case 46:  /* sendmsg */
-    case 47:  /* recvmsg */
-    case 299: /* recvmmsg */
-    case 307: /* sendmmsg */
-      return HT_WAIT_NET;
-    case 7:   /* poll */
-    case 271: /* ppoll */
-    case 23:  /* select */
-    case 270: /* pselect6 */
-    case 232: /* epoll_wait */
-    case 281: /* epoll_pwait */
-    case 441: /* epoll_pwait2 */
-      return HT_WAIT_POLL;
-    case 61:  /* wait4 */
-    case 247: /* waitid */
-      return HT_WAIT_CHILD;
-    case 35:  /* nanosleep */
-    case 230: /* clock_nanosleep */
-      return HT_WAIT_SLEEP;
-#endif
-    default:
-      return HT_WAIT_IO;
-  }
-}
-
-static __always_inline void hist_add_blocked(struct task_struct* t, struct call_state* s, __u64 duration_ns) {
+/* `wait_kind`: enum ht_wait_kind, from the dispatcher's classification. */
+static __always_inline void hist_add_blocked(struct task_struct* t, __u8 wait_kind, __u64 duration_ns) {
   struct ht_hist_key key = {};
   key.tgid = t->tgid;
-  key.wait_kind = hist_wait_kind(s);
+  key.wait_kind = wait_kind;
   key.main_thread = t->pid == t->tgid;
   __u64 us = duration_ns / 1000;
   __u32 bucket = us ? hist_log2(us) : 0;

@@ -59,6 +59,11 @@ const volatile bool calls_from_entry = false;
 #define C_NOFD 4        /* blocking, no fd argument */
 #define C_SHM 8         /* a /dev/shm call: looked at on exit */
 #define C_SHM_ENOSPC 16 /* the write family: a /dev/shm call only when it fails with ENOSPC */
+/* What a blocking call waits for, for the histograms (the rest is fd I/O). */
+#define C_NET 32
+#define C_POLL 64
+#define C_CHILD 128
+#define C_SLEEP 256
 
 /* The one switch every syscall of the machine goes through; the common
  * answer is 0. Blocking-call numbers are x86_64's (the ABI's numbering, see
@@ -96,6 +101,7 @@ static __always_inline __u32 classify(__s64 nr) {
     case 19:  /* readv */
     case 295: /* preadv */
     case 327: /* preadv2 */
+      return C_FD;
     case 42:  /* connect */
     case 43:  /* accept */
     case 288: /* accept4 */
@@ -105,23 +111,36 @@ static __always_inline __u32 classify(__s64 nr) {
     case 47:  /* recvmsg */
     case 299: /* recvmmsg */
     case 307: /* sendmmsg */
+      return C_FD | C_NET;
     case 232: /* epoll_wait */
     case 281: /* epoll_pwait */
     case 441: /* epoll_pwait2 */
-      return C_FD;
+      return C_FD | C_POLL;
     case 7:   /* poll */
     case 271: /* ppoll */
     case 23:  /* select */
     case 270: /* pselect6 */
+      return C_NOFD | C_POLL;
     case 61:  /* wait4 */
     case 247: /* waitid */
+      return C_NOFD | C_CHILD;
     case 35:  /* nanosleep */
     case 230: /* clock_nanosleep */
-      return C_NOFD;
+      return C_NOFD | C_SLEEP;
 #endif
     default:
       return 0;
   }
+}
+
+static __always_inline __u8 wait_kind_of(struct call_state* s) {
+  if (s->kind == CALL_FUTEX_WAIT) return HT_WAIT_FUTEX;
+  __u32 c = classify(s->nr);
+  if (c & C_NET) return HT_WAIT_NET;
+  if (c & C_POLL) return HT_WAIT_POLL;
+  if (c & C_CHILD) return HT_WAIT_CHILD;
+  if (c & C_SLEEP) return HT_WAIT_SLEEP;
+  return HT_WAIT_IO;
 }
 
 static __always_inline int on_sys_enter(struct pt_regs* regs, __s64 nr, bool btf) {
@@ -146,7 +165,7 @@ static __always_inline void finish_call(void* ctx, struct task_struct* t, struct
   if (s->slept) {
     __u64 back = call_clock_back_on_cpu(t);
     duration = back > s->ts_ns ? back - s->ts_ns : 0;
-    if (hist_blocked) hist_add_blocked(t, s, duration);
+    if (hist_blocked) hist_add_blocked(t, wait_kind_of(s), duration);
   }
   if (duration < min_block_ns) return;
   __u64 now = bpf_ktime_get_ns();

@@ -20,18 +20,8 @@ namespace {
 
 // A FIFO the stub's cuCtxSynchronize reads from: opened read-write by the
 // job itself, it never sees end-of-file, so the synchronize never returns.
-struct Scratch {
-  std::filesystem::path dir;
-  Scratch() {
-    char tmpl[] = "/tmp/hangtrace-cli-gpu-XXXXXX";
-    dir = mkdtemp(tmpl);
-    mkfifo((dir / "sync").c_str(), 0600);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
+struct Scratch : ScratchDir {
+  Scratch() : ScratchDir("hangtrace-cli-gpu") { mkfifo(path("sync").c_str(), 0600); }
 };
 
 // The job, its output in job.out. `wait_for_uprobes`: its calls wait until

@@ -18,18 +18,8 @@
 namespace hangtrace::testing {
 namespace {
 
-struct Scratch {
-  std::filesystem::path dir;
-  Scratch() {
-    char tmpl[] = "/tmp/hangtrace-daemon-gpu-XXXXXX";
-    dir = mkdtemp(tmpl);
-    mkfifo((dir / "sync").c_str(), 0600);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
+struct Scratch : ScratchDir {
+  Scratch() : ScratchDir("hangtrace-daemon-gpu") { mkfifo(path("sync").c_str(), 0600); }
 };
 
 std::string fetch(const std::string& url) {

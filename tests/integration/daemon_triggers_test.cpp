@@ -10,18 +10,6 @@
 namespace hangtrace::testing {
 namespace {
 
-struct BundleDir {
-  std::filesystem::path dir;
-  BundleDir() {
-    char tmpl[] = "/tmp/hangtrace-daemon-triggers-XXXXXX";
-    dir = mkdtemp(tmpl);
-  }
-  ~BundleDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
-
 class DaemonTriggers : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -32,7 +20,7 @@ class DaemonTriggers : public ::testing::Test {
                                  "exec " + hangtrace_path() +
                                      " daemon --match repro_dying_worker --hang-after 600 --scan-every 0.2 "
                                      "--metrics '' -v --bundle-dir " +
-                                     bundles_.dir.string() + " 2>&1"});
+                                     bundles_.dir + " 2>&1"});
     ASSERT_FALSE(daemon_->wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60)).empty());
   }
 
@@ -59,7 +47,7 @@ class DaemonTriggers : public ::testing::Test {
     return nlohmann::json::parse(read_text_file(path + "/meta.json"), nullptr, false);
   }
 
-  BundleDir bundles_;
+  ScratchDir bundles_{"hangtrace-daemon-triggers"};
   std::unique_ptr<Workload> daemon_;
 };
 

@@ -1,5 +1,7 @@
 #include "support.h"
 
+#include <filesystem>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -280,5 +282,17 @@ std::string read_text_file(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
+
+ScratchDir::ScratchDir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  if (mkdtemp(tmpl.data())) dir = tmpl;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+}
+
+std::string ScratchDir::path(const std::string& name) const { return dir + "/" + name; }
 
 }  // namespace hangtrace::testing

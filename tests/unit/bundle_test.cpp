@@ -8,20 +8,14 @@
 #include <fstream>
 
 #include "hangtrace/bundle.h"
+#include "temp_dir.h"
 
 namespace hangtrace {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/ht-bundle-test.XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 // A rank-1 job whose main thread has waited 30 s in a futex under all_reduce.
 Snapshot rank_snapshot() {
@@ -46,7 +40,7 @@ Snapshot rank_snapshot() {
   k.stack = {{0xffffffff81000100ull, "futex_wait_queue+0x5f"}};
   t.kernel = k;
   t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = 202;  // futex
+  t.syscall.nr = 202;     // futex
   t.syscall.args[1] = 0;  // FUTEX_WAIT
   t.python_stack = {
       {UserFrame::Kind::Python, "all_reduce", "torch/distributed/distributed_c10d.py", 1536, 0}};

@@ -9,6 +9,7 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
+#include "temp_dir.h"
 
 namespace hangtrace::daemon {
 namespace {
@@ -16,12 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct FakeProc {
-  fs::path root;
-  FakeProc() {
-    char tmpl[] = "/tmp/ht-daemon-proc.XXXXXX";
-    root = mkdtemp(tmpl);
-  }
-  ~FakeProc() { fs::remove_all(root); }
+  testing::TempDir dir{"ht-daemon-proc"};
+  const fs::path& root = dir.path;
   // A process: stat (comm, ppid, flags, start time), cmdline (NUL-separated), cgroup, fds.
   void add(int pid, int ppid, const std::string& comm, const std::vector<std::string>& argv,
            const std::string& cgroup = "0::/user.slice\n", const std::vector<std::string>& fds = {},

@@ -72,38 +72,6 @@ std::string own_environment() {
   return env;
 }
 
-bool write_whole(const std::string& path, const std::string& content, std::string* error) {
-  if (path == "-") {
-    std::fwrite(content.data(), 1, content.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  }
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-    return false;
-  }
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-      close(fd);
-      unlink(tmp.c_str());
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-    unlink(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
 int run_doctor_command(const DoctorOptions& opt) {
   doctor::DoctorInputs in;
   in.pid = opt.pid;
@@ -127,7 +95,7 @@ int run_doctor_command(const DoctorOptions& opt) {
     std::string text =
         doctor::report_to_json(*report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::string error;
-    if (!write_whole(opt.json_path, text + "\n", &error)) return fail(error);
+    if (!write_output(opt.json_path, text + "\n", &error)) return fail(error);
   }
   if (opt.json_path != "-") std::fputs(doctor::render_text(*report).c_str(), stdout);
   return report->any_fail() ? 2 : 0;

@@ -46,17 +46,6 @@ int fail(const std::string& message) {
   return 1;
 }
 
-}  // namespace hangtrace::cli
-
-namespace {
-
-using namespace hangtrace;
-using hangtrace::cli::fail;
-
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitHang = 2;
-
 // Writes `content` to `path` atomically: a reader sees the old file or the
 // whole new one, never half of it. "-" means stdout.
 bool write_output(const std::string& path, const std::string& content, std::string* error) {
@@ -97,6 +86,18 @@ bool write_output(const std::string& path, const std::string& content, std::stri
   }
   return true;
 }
+
+}  // namespace hangtrace::cli
+
+namespace {
+
+using namespace hangtrace;
+using hangtrace::cli::fail;
+using hangtrace::cli::write_output;
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitHang = 2;
 
 std::atomic<bool> g_interrupted{false};
 
@@ -183,7 +184,8 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
     BundleMeta meta = bundle_meta_for(snap, d, "manual");
     nlohmann::json recorder = {{"events", nlohmann::json::array()},
                                {"note", "written by hand (hangtrace --bundle): no flight recorder"}};
-    auto path = write_bundle(opt.bundle_parent, bundle_dir_name(meta), render_bundle(snap, d, live, meta, recorder));
+    auto path =
+        write_bundle(opt.bundle_parent, bundle_dir_name(meta), render_bundle(snap, d, live, meta, recorder));
     if (!path) return fail(path.error());
     std::fprintf(stderr, "hangtrace: bundle written: %s\n", path->c_str());
   }
@@ -538,8 +540,9 @@ int main(int argc, char** argv) {
                  "write blocked time as a speedscope profile (JSON) to FILE");
   app.add_option("--trace", opt.trace_path,
                  "write a Chrome Trace Event timeline (Perfetto, chrome://tracing) to FILE");
-  app.add_option("--bundle", opt.bundle_parent,
-                 "also write a postmortem bundle (report, snapshot, stacks, flame graph, timeline) under DIR");
+  app.add_option(
+      "--bundle", opt.bundle_parent,
+      "also write a postmortem bundle (report, snapshot, stacks, flame graph, timeline) under DIR");
   app.add_flag("--no-bpf", opt.no_bpf, "don't load BPF (no kernel stacks or blocked times, no live tracing)");
   app.add_option("--hang-after", opt.hang_after_s,
                  "with -- COMMAND: report when the job makes no progress (CPU) for this many seconds")

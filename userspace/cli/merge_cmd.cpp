@@ -47,21 +47,6 @@ std::vector<std::string> bundle_dirs(const std::string& arg) {
   return out;
 }
 
-bool write_text(const std::string& path, const std::string& text, std::string* error) {
-  if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return std::fflush(stdout) == 0;
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    *error = fmt::format("failed to write {}", path);
-    return false;
-  }
-  return true;
-}
-
 int run_merge(const MergeOptions& opt) {
   std::vector<LoadedBundle> loaded;
   for (const auto& arg : opt.bundles)
@@ -79,7 +64,7 @@ int run_merge(const MergeOptions& opt) {
   MergedReport report = merge_bundles(loaded);
   std::string error;
   if (!opt.json_path.empty() &&
-      !write_text(opt.json_path, merged_report_to_json(report).dump(2) + "\n", &error))
+      !write_output(opt.json_path, merged_report_to_json(report).dump(2) + "\n", &error))
     return fail(error);
   if (opt.json_path != "-") {
     std::string text = render_merged_text(report);

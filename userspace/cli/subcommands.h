@@ -24,4 +24,9 @@ Subcommand add_daemon_subcommand(CLI::App& parent);
 // One line on stderr ("hangtrace: MESSAGE"), and the error exit status.
 int fail(const std::string& message);
 
+// Writes `content` to `path` atomically (a reader sees the old file or the
+// whole new one, never half of it); "-" is stdout. On failure `error` says
+// "failed to write PATH: why".
+bool write_output(const std::string& path, const std::string& content, std::string* error);
+
 }  // namespace hangtrace::cli
