@@ -185,7 +185,11 @@ void Daemon::drop_process(int pid) {
   forget_after_metrics_.push_back(pid);
   std::erase_if(noticed_files_, [&](const auto& p) { return p.first == pid; });
   log(1, fmt::format("job {}: process {} leaves", root, pid));
-  if (auto it = jobs_.find(root); it != jobs_.end()) it->second.pids.erase(pid);
+  if (auto it = jobs_.find(root); it != jobs_.end()) {
+    it->second.pids.erase(pid);
+    it->second.maps_next.erase(pid);
+    it->second.cuda_pids.erase(pid);
+  }
 }
 
 void Daemon::pick_up(int root, const std::vector<daemon::ProcessEntry>& processes) {
@@ -223,9 +227,18 @@ void Daemon::end_job(int root, const std::string& why) {
 }
 
 void Daemon::notice_libraries(Job& job) {
-  // GPU libraries (libcuda, libnccl) get uprobes when a job maps them; also
-  // ones dlopen'ed later, found on the next scan.
+  // GPU libraries (libcuda, libnccl) get uprobes when a job maps them: a
+  // process's maps are read when it is found, then again at doubling
+  // intervals (0.5 s up to 30 s) until it maps libcuda (CUDA initialises a
+  // while after start, or in a worker). A PyTorch process's maps take ~3 ms
+  // to read: every scan, for every process, would cost a steady ~0.1 % of a
+  // core per process.
+  const uint64_t now = now_ns();
   for (int pid : job.pids) {
+    auto [next, first] = job.maps_next.try_emplace(pid, MapsRead{now, 250'000'000ull});
+    if (!first && (now < next->second.due_ns || job.cuda_pids.count(pid))) continue;
+    next->second.gap_ns = std::min<uint64_t>(next->second.gap_ns * 2, 30'000'000'000ull);
+    next->second.due_ns = now + next->second.gap_ns;
     std::ifstream maps(fmt::format("/proc/{}/maps", pid));
     for (std::string line; std::getline(maps, line);) {
       size_t slash = line.find('/');
@@ -233,6 +246,7 @@ void Daemon::notice_libraries(Job& job) {
       std::string path = line.substr(slash);
       std::string file = std::filesystem::path(path).filename().string();
       if (!file.starts_with("libcuda.so") && !file.starts_with("libnccl.so")) continue;
+      if (file.starts_with("libcuda.so")) job.cuda_pids.insert(pid);
       if (noticed_files_.insert({pid, path}).second) tracer_->notice_mapped_file(pid, path);
     }
   }

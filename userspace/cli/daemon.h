@@ -71,6 +71,11 @@ class Daemon {
     std::vector<Incident> incidents;  // waiting for their due time (the death's records to arrive)
     std::set<std::pair<int, std::string>> incident_seen;  // (pid, trigger): one bundle each
     std::map<int, ProcessMeta> meta;
+    struct MapsRead {
+      uint64_t due_ns, gap_ns;
+    };
+    std::map<int, MapsRead> maps_next;  // pid -> when its maps are read next (for GPU libraries)
+    std::set<int> cuda_pids;            // its processes that map libcuda
   };
 
   explicit Daemon(const DaemonOptions& o) : options_(o) {}
