@@ -235,7 +235,7 @@ void Daemon::notice_libraries(Job& job) {
   // core per process.
   const uint64_t now = now_ns();
   for (int pid : job.pids) {
-    auto [next, first] = job.maps_next.try_emplace(pid, MapsRead{now, 250'000'000ull});
+    auto [next, first] = job.maps_next.try_emplace(pid, Job::MapsRead{now, 250'000'000ull});
     if (!first && (now < next->second.due_ns || job.cuda_pids.count(pid))) continue;
     next->second.gap_ns = std::min<uint64_t>(next->second.gap_ns * 2, 30'000'000'000ull);
     next->second.due_ns = now + next->second.gap_ns;
