@@ -28,6 +28,9 @@
 
 /* Faults are reported once per (process, file, this many bytes of file). */
 const volatile __u32 fault_region_shift = 20;
+/* The daemon's steady state: faults only while the tmpfs is 90 % full, when
+ * a SIGBUS is near; not one per new region of every per-batch segment. */
+const volatile bool shm_trouble_only = false;
 
 /* What a faulting address lies in, when it is a shared tmpfs mapping. */
 struct shm_fault_info {
@@ -161,6 +164,10 @@ static __always_inline int handle_fault(__u64 addr, __u64 error_code) {
     if (!cache->file) return 0;
   }
 
+  if (shm_trouble_only) {
+    tmpfs_usage((struct file*)info.file, &info.fs_size, &info.fs_used);
+    if (info.fs_used * 10 < info.fs_size * 9) return 0;
+  }
   struct fault_key key = {.tgid = bpf_get_current_pid_tgid() >> 32,
                           .inode = info.inode,
                           .region = info.offset >> fault_region_shift};

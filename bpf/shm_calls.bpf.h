@@ -17,6 +17,9 @@
 #define MAP_ANONYMOUS 0x20
 
 const volatile bool trace_shm_calls = true;
+/* The daemon's steady state: only calls that failed (ENOSPC above all), not
+ * the DataLoader's per-batch segment creations and unlinks. */
+const volatile bool shm_trouble_only = false;
 
 /*
  * Syscalls whose exit the dispatcher hands to shm_calls_exit(). The arguments
@@ -93,6 +96,7 @@ static __always_inline void on_open(long ret, const char* upath, __u64 flags) {
 
 /* sys_exit of a call the dispatcher classed as a /dev/shm one. */
 static __always_inline void shm_calls_exit(struct pt_regs* regs, __s64 nr, long ret, bool btf) {
+  if (shm_trouble_only && ret >= 0) return;
   if (!ht_current_traced()) return;
   __u64 a1 = HT_SC_ARG1(regs, btf);
   __u64 a2 = HT_SC_ARG2(regs, btf);

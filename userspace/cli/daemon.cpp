@@ -3,6 +3,7 @@
 #include <linux/capability.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,6 +100,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   lo.min_block_ns = static_cast<uint64_t>(options.record_waits_after_ms * 1e6);
   lo.stream_wakes = false;
   lo.blocked_histograms = true;
+  lo.shm_trouble_only = true;
   lo.ringbuf_bytes = static_cast<uint64_t>(options.ringbuf_mb) << 20;
   lo.verbosity = options.verbosity > 2 ? options.verbosity - 2 : 0;
   auto tracer = LiveTracer::start(lo);
@@ -173,7 +175,16 @@ void Daemon::add_process(Job& job, int pid, bool from_fork) {
   job_of_[pid] = job.root;
   role_of_[pid] = pid == job.root ? "main" : "worker";
   if (!from_fork) tracer_->trace_tgid(pid);
-  job.meta[pid] = read_process_meta(pid);
+  // A forked worker has its parent's command line and cgroup: read only what
+  // was not forked (a fork per worker per epoch must stay cheap).
+  auto root_meta = job.meta.find(job.root);
+  if (from_fork && root_meta != job.meta.end()) {
+    ProcessMeta m = root_meta->second;
+    m.pid = pid;
+    job.meta[pid] = std::move(m);
+  } else {
+    job.meta[pid] = read_process_meta(pid);
+  }
   log(1, fmt::format("job {}: process {} joins ({})", job.root, pid, from_fork ? "forked" : "found"));
 }
 
@@ -186,6 +197,14 @@ void Daemon::drop_process(int pid) {
   std::erase_if(noticed_files_, [&](const auto& p) { return p.first == pid; });
   log(1, fmt::format("job {}: process {} leaves", root, pid));
   if (auto it = jobs_.find(root); it != jobs_.end()) {
+    Job& job = it->second;
+    // What is known of the dead stays for the next bundles (its death's), a
+    // bounded number of them.
+    if (auto m = job.meta.find(pid); m != job.meta.end() && pid != root) {
+      job.dead_meta.push_back(std::move(m->second));
+      job.meta.erase(m);
+      if (job.dead_meta.size() > 64) job.dead_meta.pop_front();
+    }
     it->second.pids.erase(pid);
     it->second.maps_next.erase(pid);
     it->second.cuda_pids.erase(pid);
@@ -280,8 +299,17 @@ void Daemon::scan() {
   std::set<int> self = {getpid()};
   for (int pid = getppid(); pid > 1 && self.insert(pid).second;)
     pid = parent_of.count(pid) ? parent_of[pid] : 0;
-  for (auto& p : *processes)
-    if (self.count(p.pid)) p.matched_by.clear();
+  // Nor another hangtrace (a second daemon, a `hangtrace --pid`): the same
+  // executable file.
+  struct stat own {};
+  stat("/proc/self/exe", &own);
+  for (auto& p : *processes) {
+    if (p.matched_by.empty()) continue;
+    struct stat exe {};
+    if (self.count(p.pid) || (stat(fmt::format("/proc/{}/exe", p.pid).c_str(), &exe) == 0 &&
+                              exe.st_ino == own.st_ino && exe.st_dev == own.st_dev))
+      p.matched_by.clear();
+  }
   // Jobs whose root is gone (its exit record lost to a full ring buffer, or
   // never traced), and processes that went without a record.
   std::vector<int> gone_roots;
@@ -307,7 +335,7 @@ void Daemon::scan() {
   metrics_->scan_took(static_cast<double>(now_ns() - started) / 1e9);
 }
 
-bool Daemon::already_bundled(const Job& job, const std::string& trigger) const {
+std::optional<std::string> Daemon::bundled_before(const Job& job, const std::string& trigger) const {
   // A restarted daemon finds the bundle its predecessor wrote for the same
   // hang of the same process (pid and start time): it does not write another.
   std::error_code ec;
@@ -319,9 +347,9 @@ bool Daemon::already_bundled(const Job& job, const std::string& trigger) const {
     auto m = bundle_meta_from_json(j);
     if (m && m->trigger == trigger && m->job_pid == job.root && m->job_start_ticks == job.start_ticks &&
         m->hostname == hostname_)
-      return true;
+      return m->cause;
   }
-  return false;
+  return std::nullopt;
 }
 
 // ---- the watchdog and incidents -----------------------------------------------------
@@ -429,6 +457,7 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
   const double offset = mono_to_unix_offset_s();
   const uint64_t now = now_ns();
   LiveObservation live = job.recorder->replay(job.tracked_since_ns, now);
+  for (const auto& m : job.dead_meta) live.meta[m.pid] = m;
   for (const auto& [pid, m] : job.meta) live.meta[pid] = m;
   tracer_->contribute(live);
   live.events = tracer_->counter(HT_CNT_EVENTS);
@@ -453,6 +482,14 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
         if (!frames.empty()) live.kernel_stacks[id] = std::move(frames);
       }
 
+  if (trigger == "hang")
+    if (auto cause = bundled_before(job, trigger)) {
+      // Its diagnosis is in that bundle; the metrics show the hang again.
+      std::fprintf(stderr, "hangtrace daemon: job %d: this hang was bundled before (a previous daemon run)\n",
+                   job.root);
+      job.hang_cause = *cause;
+      return;
+    }
   CollectOptions co;
   co.verbosity = options_.verbosity > 1 ? options_.verbosity - 1 : 0;
   Result<Snapshot> snap = collect_snapshot(job.root, co);
@@ -479,11 +516,6 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
     meta.job_cmdline = job.cmdline;
   }
   if (trigger == "hang") job.hang_cause = meta.cause;
-  if (trigger == "hang" && already_bundled(job, trigger)) {
-    std::fprintf(stderr, "hangtrace daemon: job %d: this hang was bundled before (a previous daemon run)\n",
-                 job.root);
-    return;
-  }
   if (trigger == "hang") metrics_->hang_detected(meta.cause);
   nlohmann::json recorder = job.recorder->to_json(offset);
   // Who woke whom in the job, counted in the kernel since it was tracked
@@ -532,6 +564,14 @@ void Daemon::update_metrics(uint64_t now) {
   }
   for (const auto& [c, n] : hung) causes_seen_[c] = 0;
   metrics_->set_jobs(jobs_.size(), processes);
+  size_t records = 0, bytes = 0;
+  uint64_t evicted = 0;
+  for (const auto& [root, job] : jobs_) {
+    records += job.recorder->size();
+    bytes += job.recorder->bytes();
+    evicted += job.recorder->evicted();
+  }
+  metrics_->set_recorders(records, bytes, evicted);
   metrics_->set_hangs_active(hung);
   metrics_->set_ring_counters(tracer_->counter(HT_CNT_EVENTS), tracer_->counter(HT_CNT_DROPPED));
   metrics_->set_self_usage(self_cpu_seconds(), static_cast<double>(self_rss_bytes()));

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <tuple>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,7 +71,8 @@ class Daemon {
     std::string hang_cause;
     std::vector<Incident> incidents;  // waiting for their due time (the death's records to arrive)
     std::set<std::pair<int, std::string>> incident_seen;  // (pid, trigger): one bundle each
-    std::map<int, ProcessMeta> meta;
+    std::map<int, ProcessMeta> meta;                      // its live processes
+    std::deque<ProcessMeta> dead_meta;                    // the last ones that exited
     struct MapsRead {
       uint64_t due_ns, gap_ns;
     };
@@ -93,7 +95,8 @@ class Daemon {
   void notice_libraries(Job& job);
   uint64_t now_ns() const;
   double mono_to_unix_offset_s() const;
-  bool already_bundled(const Job& job, const std::string& trigger) const;
+  // The cause of an earlier bundle (a previous daemon run's) of the same trigger for this job.
+  std::optional<std::string> bundled_before(const Job& job, const std::string& trigger) const;
   void log(int level, const std::string& line) const;
 
   DaemonOptions options_;

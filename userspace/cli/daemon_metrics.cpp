@@ -71,6 +71,12 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
   for (const char* how : {"oom-kill", "signal", "exit-nonzero"}) m->deaths_->Add({{"how", how}});
   for (const char* trigger : {"hang", "oom-kill", "sigbus", "abnormal-exit"})
     m->bundles_->Add({{"trigger", trigger}});
+  m->recorder_ = &BuildGauge()
+                      .Name("hangtrace_recorder")
+                      .Help(
+                          "The flight recorders of the tracked jobs: records and bytes held, records evicted "
+                          "before their time by the count or byte bound")
+                      .Register(r);
   m->jobs_->Add({{"what", "jobs"}});
   m->jobs_->Add({{"what", "processes"}});
   m->dropped_->Add({});
@@ -139,5 +145,11 @@ void DaemonMetrics::set_self_usage(double cpu_seconds, double resident_bytes) {
 }
 
 void DaemonMetrics::scan_took(double seconds) { scan_seconds_->Add({}).Set(seconds); }
+
+void DaemonMetrics::set_recorders(size_t records, size_t bytes, uint64_t evicted) {
+  recorder_->Add({{"what", "records"}}).Set(static_cast<double>(records));
+  recorder_->Add({{"what", "bytes"}}).Set(static_cast<double>(bytes));
+  recorder_->Add({{"what", "evicted"}}).Set(static_cast<double>(evicted));
+}
 
 }  // namespace hangtrace::cli

@@ -38,6 +38,7 @@ class DaemonMetrics {
   void set_ring_counters(uint64_t events, uint64_t dropped);
   void set_self_usage(double cpu_seconds, double resident_bytes);
   void scan_took(double seconds);
+  void set_recorders(size_t records, size_t bytes, uint64_t evicted);
   std::string bound_address() const;  // "127.0.0.1:9464", the port the kernel picked for ":0"
 
  private:
@@ -57,6 +58,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* cpu_ = nullptr;
   prometheus::Family<prometheus::Gauge>* rss_ = nullptr;
   prometheus::Family<prometheus::Gauge>* scan_seconds_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* recorder_ = nullptr;
   std::string address_;
   uint64_t events_seen_ = 0, dropped_seen_ = 0;
   double cpu_seen_ = 0;

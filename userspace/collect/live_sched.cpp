@@ -126,8 +126,42 @@ Result<std::vector<WakeupCount>> read_wakeup_counts() {
     auto flushed = flush_wake_batches(source.flush);
     if (!flushed) return make_error(flushed.error());
     const int fd = source.map_fd;
-    // Batched lookups would save syscalls, but an LRU map of at most 16k
-    // pairs read once per report does not need them.
+    auto add = [&out](const ht_wakeup_key& key, const ht_wakeup_count& value) {
+      WakeupCount w;
+      w.waker_tgid = static_cast<int>(key.waker_tgid);
+      w.waker_tid = static_cast<int>(key.waker_tid);
+      w.waker_comm.assign(value.waker_comm, strnlen(value.waker_comm, sizeof value.waker_comm));
+      w.wakee_tgid = static_cast<int>(value.wakee_tgid);
+      w.wakee_tid = static_cast<int>(key.wakee_tid);
+      w.count = value.count;
+      w.last_ts_ns = value.last_ts_ns;
+      out.push_back(std::move(w));
+    };
+    // Batched (a few syscalls for the whole map: the daemon reads it at
+    // every progress check), else one entry at a time.
+    {
+      std::vector<ht_wakeup_key> keys(4096);
+      std::vector<ht_wakeup_count> values(keys.size());
+      uint32_t in_batch = 0, out_batch = 0;
+      bool first = true, batched = true;
+      for (;;) {
+        __u32 count = static_cast<__u32>(keys.size());
+        int err = bpf_map_lookup_batch(fd, first ? nullptr : &in_batch, &out_batch, keys.data(),
+                                       values.data(), &count, nullptr);
+        int e = err ? errno : 0;
+        for (__u32 i = 0; i < count; ++i) add(keys[i], values[i]);
+        if (e == ENOENT) break;  // the end
+        if (err) {
+          if (!first || count)
+            return make_error(fmt::format("failed to read wakeup counts: {}", errno_text(e)));
+          batched = false;  // not supported here: one at a time
+          break;
+        }
+        in_batch = out_batch;
+        first = false;
+      }
+      if (batched) continue;
+    }
     ht_wakeup_key key{}, next{};
     const void* prev = nullptr;
     for (;;) {
@@ -140,15 +174,7 @@ Result<std::vector<WakeupCount>> read_wakeup_counts() {
       ht_wakeup_count value{};
       // An entry evicted between the two calls is simply skipped.
       if (bpf_map_lookup_elem(fd, &key, &value) != 0) continue;
-      WakeupCount w;
-      w.waker_tgid = static_cast<int>(key.waker_tgid);
-      w.waker_tid = static_cast<int>(key.waker_tid);
-      w.waker_comm.assign(value.waker_comm, strnlen(value.waker_comm, sizeof value.waker_comm));
-      w.wakee_tgid = static_cast<int>(value.wakee_tgid);
-      w.wakee_tid = static_cast<int>(key.wakee_tid);
-      w.count = value.count;
-      w.last_ts_ns = value.last_ts_ns;
-      out.push_back(std::move(w));
+      add(key, value);
     }
   }
   std::sort(out.begin(), out.end(),

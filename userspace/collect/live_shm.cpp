@@ -44,6 +44,7 @@ class ShmModule : public TracerModule {
           if (!shared) return make_error(shared.error());
           skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
           skel_->rodata->page_shift = page_shift();
+          skel_->rodata->shm_trouble_only = options.shm_trouble_only;
           return skel_->obj;
         },
         [&]() { return shm_bpf__load(skel_); },

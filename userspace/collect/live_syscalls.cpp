@@ -89,6 +89,7 @@ class SyscallsModule : public TracerModule {
           skel_->rodata->page_shift = page_shift();
           skel_->rodata->ht_stream_wakes = options.stream_wakes;
           skel_->rodata->hist_blocked = options.blocked_histograms;
+          skel_->rodata->shm_trouble_only = options.shm_trouble_only;
           // Unused without histograms: the smallest map the kernel takes.
           bpf_map__set_max_entries(skel_->maps.blocked_hist,
                                    options.blocked_histograms ? options.histogram_entries : 1);

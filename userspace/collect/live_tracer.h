@@ -33,6 +33,9 @@ struct LiveOptions {
   // Every wait that slept goes into in-kernel histograms (live_histograms.h).
   bool blocked_histograms = false;
   uint32_t histogram_entries = 16384;  // (process, wait kind, main thread) entries
+  // /dev/shm: only failed calls and faults on a nearly full tmpfs are
+  // streamed (the daemon), not every segment a DataLoader makes per batch.
+  bool shm_trouble_only = false;
   int verbosity = 0;
 };
 
