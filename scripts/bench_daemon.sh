@@ -56,8 +56,8 @@
 #           flight recorder reaches its steady size in the first half. Every
 #           SOAK_SAMPLE_S: the daemon's VmRSS, hangtrace_tracked,
 #           hangtrace_daemon_resident_memory_bytes, events, dropped. Prints
-#           first/median/last/max RSS and the least-squares slope of the second
-#           half (KiB per minute). "Compressed": a real job recreates its
+#           first/median/last/max RSS and the slope of the second half (KiB
+#           per minute; Theil-Sen: robust to a transient spike). "Compressed": a real job recreates its
 #           workers every REAL_EPOCH_MIN (5) minutes, the soak every epoch, so
 #           one soak epoch stands for REAL_EPOCH_MIN minutes of a real job's
 #           worker churn; the soak must stand for >= 30 min. Also counts the
@@ -638,14 +638,11 @@ def idle():
 # ---- soak -----------------------------------------------------------------------------
 
 def slope_kib_min(samples):
-    """Least-squares slope of (t s, rss KiB) in KiB per minute."""
-    n = len(samples)
-    if n < 3:
-        return None
-    mt = sum(t for t, _ in samples) / n
-    mr = sum(r for _, r in samples) / n
-    var = sum((t - mt) ** 2 for t, _ in samples)
-    return sum((t - mt) * (r - mr) for t, r in samples) / var * 60 if var else None
+    """Theil-Sen slope of (t s, rss KiB) in KiB per minute: the median of the
+    pairwise slopes, so that a transient (a bundle's snapshot holds ~15 MiB
+    for a few seconds) does not tilt it the way it tilts least squares."""
+    pairs = [(r2 - r1) / (t2 - t1) for i, (t1, r1) in enumerate(samples) for t2, r2 in samples[i + 1:] if t2 > t1]
+    return med(pairs) * 60 if len(samples) >= 3 and pairs else None
 
 
 def soak():
@@ -728,8 +725,8 @@ def soak():
     print("  daemon VmRSS: first %.1f, median %.1f, last %.1f, max %.1f MiB; VmHWM %.1f MiB; /metrics resident "
           "last %.1f MiB" % (rss[0] / 1024, med(rss) / 1024, rss[-1] / 1024, max(rss) / 1024, hwm,
                              samples[-1]["metrics_rss_kib"] / 1024))
-    print("  second half (%d samples, %.0f..%.0f s): slope %s KiB/min" % (
-        len(half), half[0][0], half[-1][0], fmt(slope, "+.1f")))
+    print("  second half (%d samples, %.0f..%.0f s): slope %s KiB/min (Theil-Sen); %.1f -> %.1f MiB" % (
+        len(half), half[0][0], half[-1][0], fmt(slope, "+.1f"), half[0][1] / 1024, half[-1][1] / 1024))
     print("  daemon CPU over the soak: %s %% of one core (schedstat; stat %s %%); events %.0f, dropped %.0f; "
           "up to %d jobs tracked at once"
           % (fmt(ns, ".2f"), fmt(ticks, ".2f"), m.get("hangtrace_events_total", 0),
