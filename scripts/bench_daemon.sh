@@ -183,7 +183,7 @@ class HangtraceFailed(Exception):
     pass
 
 
-VERDICTS = []   # (ok, line): repeated at the end
+VERDICTS = []   # the PASS/FAIL lines, repeated at the end
 
 
 def verdict(ok, text):
