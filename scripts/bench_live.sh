@@ -79,36 +79,34 @@ SCALE=${SCALE:-1.0}
 STRACE_SCALE=${STRACE_SCALE:-0.2}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SRC=$HERE/../bench
 
 die() { echo "bench_live: $*" >&2; exit 1; }
+# shellcheck source=scripts/bench_lib.sh
+source "$HERE/bench_lib.sh"
 [[ $(id -u) -eq 0 ]] || die "needs root (BPF, ptrace, perf events)"
-command -v g++ >/dev/null || die "needs g++"
 command -v "$PYTHON" >/dev/null || die "needs $PYTHON"
 [[ -x $HANGTRACE_BIN ]] || echo "bench_live: no hangtrace binary at $HANGTRACE_BIN (set HANGTRACE_BIN); its rows are skipped" >&2
 
 tmp=$(mktemp -d /tmp/hangtrace-bench-live.XXXXXX)
-stats_was=
 cleanup() {
-  [[ -n $stats_was ]] && echo "$stats_was" >/proc/sys/kernel/bpf_stats_enabled
+  bpf_stats_restore
   if [[ -z ${KEEP:-} ]]; then rm -rf "$tmp"; else echo "kept $tmp" >&2; fi
   rm -f /dev/shm/hangtrace-bench-* 2>/dev/null || true
 }
 trap cleanup EXIT
 
-for w in futex_pingpong pipe_pingpong shm_prodcons tmpfs_faults event_storm; do
-  g++ -std=c++20 -O2 -Wall -Wextra -pthread -o "$tmp/$w" "$SRC/$w.cpp" -lrt || die "failed to compile $w"
-done
+compile_bench_workloads "$tmp" futex_pingpong pipe_pingpong shm_prodcons tmpfs_faults event_storm
 
-if [[ ${BPF_STATS:-0} == 1 ]]; then
-  stats_was=$(cat /proc/sys/kernel/bpf_stats_enabled)
-  echo 1 >/proc/sys/kernel/bpf_stats_enabled
-fi
+bpf_stats_on
 
 BPF_STATS=${BPF_STATS:-0} HANGTRACE_BIN=$(realpath -m "$HANGTRACE_BIN") BIN_DIR=$tmp REPS=$REPS SCALE=$SCALE STRACE_SCALE=$STRACE_SCALE \
-  PIN=${PIN:-1} ONLY=${ONLY:-} TOOLS=${TOOLS:-} \
+  PIN=${PIN:-1} ONLY=${ONLY:-} TOOLS=${TOOLS:-} BENCH_LIB_DIR=$BENCH_LIB_DIR \
   "$PYTHON" - <<'EOF'
-import json, os, re, shutil, signal, statistics, subprocess, sys, time
+import json, os, shutil, signal, subprocess, sys, time
+sys.path.insert(0, os.environ["BENCH_LIB_DIR"])
+from bench_lib import (PROG_NAMES, fmt, have, make_gate, med, name_progs, open_gate, pins, proc_hwm_kib,
+                       prog_stats, read_result, tracefs_mounted, tracefs_ns, wait_links_settle,
+                       watch_until_exit)
 
 BIN = os.environ["BIN_DIR"]
 TMP = BIN
@@ -116,12 +114,9 @@ HT = os.environ["HANGTRACE_BIN"]
 REPS = int(os.environ["REPS"])
 SCALE = float(os.environ["SCALE"])
 STRACE_SCALE = float(os.environ["STRACE_SCALE"])
-TICK = os.sysconf("SC_CLK_TCK")
 BPF_STATS = os.environ.get("BPF_STATS") == "1"
-PIN_CPU = (os.cpu_count() - 1) if os.environ.get("PIN", "1") != "0" and shutil.which("taskset") else None
-# The tracers' CPUs: every CPU but the workload's.
-TRACER_PIN = ([shutil.which("taskset"), "-c", "0" if PIN_CPU == 1 else "0-%d" % (PIN_CPU - 1)]
-              if PIN_CPU is not None and PIN_CPU > 0 else [])
+# The workload's CPU, and the tracers': every CPU but the workload's.
+PIN_CPU, TRACER_PIN = pins()
 
 # name, binary, iterations at SCALE 1 (~0.3 s untraced on a 2-core VM), whether
 # strace runs fewer of them (syscall-bound: every call stops twice in strace),
@@ -144,16 +139,10 @@ if ONLY:
 TOOLS = [x.strip() for x in os.environ.get("TOOLS", "").split(",") if x.strip()]
 
 
-def have(tool):
-    return shutil.which(tool) is not None
-
-
-TRACEFS_MOUNTED = any(l.split()[2] == "tracefs" for l in open("/proc/mounts") if len(l.split()) > 2)
+TRACEFS_MOUNTED = tracefs_mounted()
 # perf trace and bpftrace read tracepoint formats from tracefs; without it,
 # give them one in a private mount namespace (nothing leaks to the machine).
-TRACEFS_NS = [] if TRACEFS_MOUNTED else [
-    "unshare", "-m", "--propagation", "private", "sh", "-c",
-    'mount -t tracefs none /sys/kernel/tracing && exec "$@"', "tracefs-ns"]
+TRACEFS_NS = tracefs_ns()
 
 BPFTRACE_SCRIPT = os.path.join(TMP, "equivalent.bt")
 with open(BPFTRACE_SCRIPT, "w") as f:
@@ -198,103 +187,18 @@ if TOOLS:
     CONFIGS = [c for c in CONFIGS if c[0] == "untraced" or c[0] in TOOLS]
 
 
-def proc_cpu_s(pid):
-    try:
-        stat = open("/proc/%d/stat" % pid).read()
-    except OSError:
-        return None
-    f = stat[stat.rfind(")") + 2:].split()
-    return (int(f[11]) + int(f[12])) / TICK      # utime, stime: this process only
-
-
-def proc_hwm_kib(pid):
-    try:
-        for line in open("/proc/%d/status" % pid):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def bpf_links(pid):
-    n = 0
-    try:
-        for fd in os.listdir("/proc/%d/fd" % pid):
-            try:
-                if "bpf_link" in os.readlink("/proc/%d/fd/%s" % (pid, fd)):
-                    n += 1
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return n
-
-
-def prog_stats(pid):
-    """{prog_id: (run_cnt, run_time_ns)} of pid's BPF program fds."""
-    out = {}
-    try:
-        fds = os.listdir("/proc/%d/fdinfo" % pid)
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            info = dict(l.split(":\t", 1) for l in open("/proc/%d/fdinfo/%s" % (pid, fd)).read().splitlines()
-                        if ":\t" in l)
-        except (OSError, ValueError):
-            continue
-        if "prog_id" in info and "run_cnt" in info:
-            out[int(info["prog_id"])] = (int(info["run_cnt"]), int(info["run_time_ns"]))
-    return out
-
-
-PROG_NAMES = {}
-
-
-def name_progs(ids):
-    if all(i in PROG_NAMES for i in ids):
-        return
-    try:
-        for p in json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True,
-                                           text=True, timeout=30).stdout):
-            PROG_NAMES[p["id"]] = p.get("name", "?")
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        pass
-
-
-def watch_until_exit(pid, timeout, stats=None):
-    """Samples VmHWM (and, given a dict, BPF program stats) until pid exits;
-    returns (peak KiB, cpu s, wall s of the process) read while it is a zombie
-    (exited, not reaped)."""
-    t0 = time.monotonic()
-    hwm = 0
-    while True:
-        res = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if res is not None:
-            break
-        hwm = max(hwm, proc_hwm_kib(pid))
-        if stats is not None:
-            sample = prog_stats(pid)
-            # Programs load module by module and close on exit: keep the
-            # latest sample that has them all.
-            if sample and len(sample) >= len(stats):
-                name_progs(sample)
-                stats.clear()
-                stats.update(sample)
-        if time.monotonic() - t0 > timeout:
-            os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
-    return hwm, proc_cpu_s(pid), time.monotonic() - t0
-
-
-def read_result(path):
-    try:
-        text = open(path).read()
-    except OSError:
-        return None
-    m = re.search(r"iters=(\d+) loop_ns=(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def sample_stats(stats):
+    """A watch_until_exit sampler that keeps the latest BPF program stats of
+    the tracer that has all its programs loaded."""
+    def sample(pid):
+        current = prog_stats(pid)
+        # Programs load module by module and close on exit: keep the
+        # latest sample that has them all.
+        if current and len(current) >= len(stats):
+            name_progs(current)
+            stats.clear()
+            stats.update(current)
+    return sample
 
 
 def run_one(config, workload, rep):
@@ -319,7 +223,7 @@ def run_one(config, workload, rep):
             argv = ((TRACER_PIN if pre else []) + [a.replace("{json}", js) for a in pre]) + wl
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
         stats = {} if BPF_STATS and name.startswith("hangtrace") else None
-        hwm, cpu, wall = watch_until_exit(proc.pid, 300, stats)
+        hwm, cpu, wall = watch_until_exit(proc.pid, 300, sample_stats(stats) if stats is not None else None)
         if stats:
             row["progs"] = {PROG_NAMES.get(i, "id%d" % i): v for i, v in stats.items()}
         rc = proc.wait()
@@ -329,25 +233,13 @@ def run_one(config, workload, rep):
         if rc not in (0, 2) and name != "untraced":      # hangtrace: 2 = critical finding
             row["error"] = "exit %d" % rc
     else:  # attach to a workload that waits on a FIFO until the tracer is in
-        gate = os.path.join(TMP, "gate")
-        if os.path.exists(gate):
-            os.unlink(gate)
-        os.mkfifo(gate)
+        gate = make_gate(os.path.join(TMP, "gate"))
         job = subprocess.Popen(wl + ["--gate", gate], stdout=subprocess.DEVNULL, stderr=err)
         argv = TRACER_PIN + [a.replace("{pid}", str(job.pid)) for a in pre]
         tracer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
         t0 = time.monotonic()
-        deadline = time.monotonic() + 60
-        last, since = -1, time.monotonic()
-        while time.monotonic() < deadline and tracer.poll() is None:
-            k = bpf_links(tracer.pid)     # attached: its links exist and stopped growing
-            if k != last:
-                last, since = k, time.monotonic()
-            elif k > 0 and time.monotonic() - since > 0.3:
-                break
-            time.sleep(0.02)
-        with open(gate, "w") as g:
-            g.write("g")
+        last = wait_links_settle(tracer)     # attached: its links exist and stopped growing
+        open_gate(gate)
         job.wait()
         row["hwm"] = proc_hwm_kib(tracer.pid)
         tracer.send_signal(signal.SIGINT)
@@ -392,15 +284,6 @@ for rep in range(REPS):
             if row.get("error"):
                 print("  %s / %s run %d: %s" % (c[0], w[0], rep + 1, row["error"]), file=sys.stderr, flush=True)
     print("  round %d/%d done (%.0f s)" % (rep + 1, REPS, time.monotonic() - t_start), file=sys.stderr, flush=True)
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def fmt(v, spec, none="-"):
-    return none if v is None else format(v, spec)
 
 
 print()

@@ -10,6 +10,7 @@ packages=(
   prometheus              # the real server the daemon's metrics test scrapes with
   python3 python3-torch   # the bundled hung job and the PyTorch scenarios
   procps gdb strace       # peers in scripts/bench_snapshot.sh
+  libbpf-tools bpftrace   # peers in scripts/bench_live.sh and scripts/bench_daemon.sh
   chromium                # renders the flame graph in tests (headless screenshot)
   systemtap-sdt-dev       # sys/sdt.h: the CUPTI injection library's USDT probe
 )

@@ -1,0 +1,199 @@
+"""Helpers shared by the benchmarks' Python drivers (scripts/bench_live.sh,
+scripts/bench_daemon.sh): reading a process's CPU time and memory from /proc,
+waiting for a tracer to attach, the workloads' result lines, medians and
+table cells, the CPU pinning convention and a private tracefs for tools that
+need one. The drivers import it with the scripts directory on sys.path."""
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def have(tool):
+    return shutil.which(tool) is not None
+
+
+def proc_cpu_s(pid):
+    """utime+stime of pid (all its threads, not its children), in s; None if gone."""
+    try:
+        stat = open("/proc/%d/stat" % pid).read()
+    except OSError:
+        return None
+    f = stat[stat.rfind(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / TICK      # utime, stime: this process only
+
+
+def proc_cpu_ns(pid):
+    """CPU time of pid's live threads from /proc/PID/task/*/schedstat (ns, not
+    ticks: fine enough for windows under a second); None if gone."""
+    total, seen = 0, False
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            total += int(open("/proc/%d/task/%s/schedstat" % (pid, tid)).read().split()[0])
+            seen = True
+        except (OSError, ValueError, IndexError):
+            pass
+    return total if seen else None
+
+
+def proc_status_kib(pid, field):
+    """A kB field of /proc/PID/status (VmHWM, VmRSS); 0 if gone."""
+    try:
+        for line in open("/proc/%d/status" % pid):
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def proc_hwm_kib(pid):
+    return proc_status_kib(pid, "VmHWM")
+
+
+def bpf_links(pid, kinds=("bpf_link",)):
+    """How many of pid's fds are anon inodes of these kinds (bpf_link;
+    perf_event: a tracepoint or uprobe attached the old way, or a perf buffer)."""
+    n = 0
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if any(k in target for k in kinds):
+                n += 1
+    except OSError:
+        pass
+    return n
+
+
+def wait_links_settle(proc, timeout=60, settle=0.3, kinds=("bpf_link",)):
+    """Waits until the tracer `proc` (a Popen) holds BPF links (fds of these
+    kinds) and their count stopped growing for `settle` s: it is attached.
+    Returns the count (<= 0: it never attached or exited)."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline and proc.poll() is None:
+        k = bpf_links(proc.pid, kinds)
+        if k != last:
+            last, since = k, time.monotonic()
+        elif k > 0 and time.monotonic() - since > settle:
+            break
+        time.sleep(0.02)
+    return last
+
+
+def prog_stats(pid):
+    """{prog_id: (run_cnt, run_time_ns)} of pid's BPF program fds."""
+    out = {}
+    try:
+        fds = os.listdir("/proc/%d/fdinfo" % pid)
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            info = dict(l.split(":\t", 1) for l in open("/proc/%d/fdinfo/%s" % (pid, fd)).read().splitlines()
+                        if ":\t" in l)
+        except (OSError, ValueError):
+            continue
+        if "prog_id" in info and "run_cnt" in info:
+            out[int(info["prog_id"])] = (int(info["run_cnt"]), int(info["run_time_ns"]))
+    return out
+
+
+PROG_NAMES = {}
+
+
+def name_progs(ids):
+    if all(i in PROG_NAMES for i in ids):
+        return
+    try:
+        for p in json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True,
+                                           text=True, timeout=30).stdout):
+            PROG_NAMES[p["id"]] = p.get("name", "?")
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        pass
+
+
+def watch_until_exit(pid, timeout, sample=None):
+    """Samples VmHWM (and calls sample(pid) if given) every 20 ms until pid
+    exits; returns (peak KiB, cpu s, wall s of the process) read while it is
+    a zombie (exited, not reaped)."""
+    t0 = time.monotonic()
+    hwm = 0
+    while True:
+        res = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if res is not None:
+            break
+        hwm = max(hwm, proc_hwm_kib(pid))
+        if sample is not None:
+            sample(pid)
+        if time.monotonic() - t0 > timeout:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return hwm, proc_cpu_s(pid), time.monotonic() - t0
+
+
+def make_gate(path):
+    """A FIFO the workloads' --gate reads one byte from before their loop."""
+    if os.path.exists(path):
+        os.unlink(path)
+    os.mkfifo(path)
+    return path
+
+
+def open_gate(path):
+    with open(path, "w") as g:
+        g.write("g")
+
+
+def read_result(path):
+    """(iterations, loop ns) from a workload's --out file, or None."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    m = re.search(r"iters=(\d+) loop_ns=(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(v, spec, none="-"):
+    return none if v is None else format(v, spec)
+
+
+def pins():
+    """(workload CPU or None, taskset argv prefix for tracers or []): the
+    workload on the last CPU, every tracer on the others (PIN=0: neither)."""
+    pin_cpu = (os.cpu_count() - 1) if os.environ.get("PIN", "1") != "0" and have("taskset") else None
+    tracer_pin = ([shutil.which("taskset"), "-c", "0" if pin_cpu == 1 else "0-%d" % (pin_cpu - 1)]
+                  if pin_cpu is not None and pin_cpu > 0 else [])
+    return pin_cpu, tracer_pin
+
+
+def tracefs_mounted():
+    return any(l.split()[2] == "tracefs" for l in open("/proc/mounts") if len(l.split()) > 2)
+
+
+def tracefs_ns():
+    """argv prefix that gives a tool (perf trace, bpftrace: they read
+    tracepoint formats from tracefs) a tracefs in a private mount namespace
+    when the machine has none mounted; [] when it has (nothing leaks)."""
+    return [] if tracefs_mounted() else [
+        "unshare", "-m", "--propagation", "private", "sh", "-c",
+        'mount -t tracefs none /sys/kernel/tracing && exec "$@"', "tracefs-ns"]
