@@ -503,6 +503,27 @@ class ScenarioTestCase(unittest.TestCase):
         self.assertFalse(missing, "finding lacks pids %s\n%s" % (sorted(missing), report.dump()))
 
 
+# ---- torch.distributed ---------------------------------------------------------------
+
+SYS_CLOCK_NANOSLEEP = 230   # x86_64: time.sleep()
+
+
+def start_gloo_ranks(steps=3):
+    """The gloo workload with two ranks, once rank 0's main thread waits in
+    all_reduce (a futex wait for gloo's worker) and rank 1's sleeps outside
+    any collective. Main threads only: the TCPStore's threads poll with a
+    timeout and keep waking. Returns (workload, marker)."""
+    job = Workload([PYTHON, "-u", workload("gloo_allreduce_skip.py"), "--steps", str(steps)])
+    try:
+        marker = parse_marker(job.wait_for_line("READY", timeout=180))
+        wait_until_blocked(marker["rank0"][0], main_syscalls=[SYS_FUTEX], all_threads=False, settle=1.0)
+        wait_until_blocked(marker["rank1"][0], main_syscalls=[SYS_CLOCK_NANOSLEEP], all_threads=False, settle=1.0)
+    except BaseException:
+        job.kill()
+        raise
+    return job, marker
+
+
 # ---- the daemon ---------------------------------------------------------------------
 
 class Daemon(Workload):

@@ -11,10 +11,7 @@ import shutil
 import tempfile
 import unittest
 
-from scenario_support import (PYTHON, SYS_FUTEX, Workload, parse_marker, requires_bpf_and_torch, run_hangtrace,
-                              wait_until_blocked, workload)
-
-SYS_CLOCK_NANOSLEEP = 230   # x86_64: time.sleep()
+from scenario_support import requires_bpf_and_torch, run_hangtrace, start_gloo_ranks
 
 
 @requires_bpf_and_torch
@@ -23,17 +20,12 @@ class CollectiveWait(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.job = Workload([PYTHON, "-u", workload("gloo_allreduce_skip.py"), "--steps", "3"])
         cls.tmp = tempfile.mkdtemp(prefix="hangtrace-coll-")
+        cls.job = None
         try:
-            marker = parse_marker(cls.job.wait_for_line("READY", timeout=180))
+            cls.job, marker = start_gloo_ranks(steps=3)
             cls.launcher = marker["launcher"][0]
             cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
-            # Rank 0 inside all_reduce (its main thread waits for gloo's
-            # worker), rank 1 asleep outside any collective. Main threads
-            # only: the TCPStore's threads poll with a timeout and keep waking.
-            wait_until_blocked(cls.rank0, main_syscalls=[SYS_FUTEX], all_threads=False, settle=1.0)
-            wait_until_blocked(cls.rank1, main_syscalls=[SYS_CLOCK_NANOSLEEP], all_threads=False, settle=1.0)
             cls.snapshot_path = os.path.join(cls.tmp, "snapshot.json")
             cls.report = run_hangtrace(cls.launcher, "--save-snapshot", cls.snapshot_path)
         except BaseException:
@@ -42,7 +34,8 @@ class CollectiveWait(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.job.kill()
+        if cls.job:
+            cls.job.kill()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def setUp(self):

@@ -14,10 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-from scenario_support import (PYTHON, SYS_FUTEX, Workload, hangtrace_bin, parse_marker, requires_bpf_and_torch,
-                              run_hangtrace, wait_until_blocked, workload)
-
-SYS_CLOCK_NANOSLEEP = 230   # x86_64: time.sleep()
+from scenario_support import hangtrace_bin, requires_bpf_and_torch, run_hangtrace, start_gloo_ranks
 
 
 def run_merge(*args, timeout=120):
@@ -38,15 +35,11 @@ class MergeRanks(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.job = Workload([PYTHON, "-u", workload("gloo_allreduce_skip.py"), "--steps", "3"])
         cls.tmp = tempfile.mkdtemp(prefix="hangtrace-merge-")
+        cls.job = None
         try:
-            marker = parse_marker(cls.job.wait_for_line("READY", timeout=180))
+            cls.job, marker = start_gloo_ranks(steps=3)
             cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
-            # Rank 0's main thread in all_reduce (a futex wait for gloo's
-            # worker), rank 1's asleep outside any collective.
-            wait_until_blocked(cls.rank0, main_syscalls=[SYS_FUTEX], all_threads=False, settle=1.0)
-            wait_until_blocked(cls.rank1, main_syscalls=[SYS_CLOCK_NANOSLEEP], all_threads=False, settle=1.0)
             cls.bundles = os.path.join(cls.tmp, "bundles")
             cls.traces = [run_hangtrace(pid, "--bundle", cls.bundles) for pid in (cls.rank0, cls.rank1)]
             cls.paths = sorted(glob.glob(os.path.join(cls.bundles, "*")))
@@ -61,7 +54,8 @@ class MergeRanks(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.job.kill()
+        if cls.job:
+            cls.job.kill()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def setUp(self):
