@@ -52,11 +52,17 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   const std::string metrics_url = "http://" + m[1].str() + "/metrics";
 
   // The job dlopens the stubs, waits until they carry the daemon's uprobes,
-  // launches 105 kernels, then blocks reading a FIFO nobody writes.
+  // launches 105 kernels, then blocks reading a FIFO nobody writes. Copies of
+  // the stubs: uprobes sit on a file, and a tracer of an earlier test may
+  // still be detaching its own from the build's stubs -- the job would take
+  // those for the daemon's and launch before the daemon is attached.
+  std::filesystem::copy_file(HT_STUB_CUDA_LIBRARY, s.path("libcuda.so.1"));
+  std::filesystem::copy_file(HT_STUB_NCCL_LIBRARY, s.path("libnccl.so.2"));
   Workload job({"sh", "-c",
                 "exec 7<>" + s.path("sync") +
                     "; HT_STUB_CUDA_SYNC_FD=7 HT_WAIT_FOR_UPROBES=1 HT_STARVE_ON_FD=7 exec " +
-                    repro_path("repro_gpu_calls") + " " + HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY});
+                    repro_path("repro_gpu_calls") + " " + s.path("libcuda.so.1") + " " +
+                    s.path("libnccl.so.2")});
   std::string tracking = daemon.wait_for_line("hangtrace daemon: tracking job " + std::to_string(job.pid()),
                                               std::chrono::seconds(30));
   ASSERT_FALSE(tracking.empty()) << "the daemon never picked the job up";

@@ -43,8 +43,12 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   char line[16];
   if (!std::fgets(line, sizeof line, stdin)) return 1;
-  if (std::strcmp(mode, "term") == 0) kill(worker, SIGTERM);
-  if (write(go[1], "g", 1) != 1) return 1;
+  // SIGTERM'd, the worker never reads the pipe: writing to it could only
+  // raise SIGPIPE here.
+  if (std::strcmp(mode, "term") == 0)
+    kill(worker, SIGTERM);
+  else if (write(go[1], "g", 1) != 1)
+    return 1;
   int status = 0;
   waitpid(worker, &status, 0);
   std::printf("REAPED %d\n", status);
