@@ -1,3 +1,4 @@
+#include "frames.h"
 #include "hangtrace/collectives.h"
 
 #include <gtest/gtest.h>
@@ -13,15 +14,6 @@ using namespace std::string_literals;
 
 constexpr const char* kC10d = "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py";
 constexpr const char* kLibTorchCpu = "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13";
-
-UserFrame python_frame(std::string function, std::string file, int line) {
-  UserFrame f;
-  f.kind = UserFrame::Kind::Python;
-  f.function = std::move(function);
-  f.file = std::move(file);
-  f.line = line;
-  return f;
-}
 
 UserFrame native_frame(std::string function, std::string file = kLibTorchCpu) {
   UserFrame f;
@@ -111,9 +103,9 @@ TEST(RankEnvironment, RoundTripsThroughSnapshotJsonAndIsOmittedWhenAbsent) {
 ThreadInfo gloo_main_thread_in_all_reduce() {
   ThreadInfo t;
   t.tid = 100;
-  t.python_stack = {python_frame("all_reduce", kC10d, 1536),
-                    python_frame("run_rank", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 84),
-                    python_frame("<module>", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 96)};
+  t.python_stack = {testing::py("all_reduce", kC10d, 1536),
+                    testing::py("run_rank", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 84),
+                    testing::py("<module>", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 96)};
   t.native_stack = {
       native_frame("syscall", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
       native_frame(
@@ -149,8 +141,8 @@ TEST(CollectiveInProgress, TheInnermostCollectiveFrameNamesTheOp) {
   // all_gather_object exchanges sizes with all_gather first: that is the one
   // the thread waits in.
   ThreadInfo t;
-  t.python_stack = {python_frame("all_gather", kC10d, 2240), python_frame("all_gather_object", kC10d, 1870),
-                    python_frame("main", "/train.py", 10)};
+  t.python_stack = {testing::py("all_gather", kC10d, 2240), testing::py("all_gather_object", kC10d, 1870),
+                    testing::py("main", "/train.py", 10)};
   auto call = collective_in_progress(t);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->op, "all_gather");
@@ -162,7 +154,7 @@ TEST(CollectiveInProgress, EachTorchCollectiveIsRecognized) {
         "broadcast", "reduce", "barrier", "all_to_all", "all_to_all_single", "send", "recv", "gather",
         "scatter", "monitored_barrier", "broadcast_object_list", "all_gather_object", "_all_gather_base"}) {
     ThreadInfo t;
-    t.python_stack = {python_frame(op, kC10d, 1), python_frame("main", "/train.py", 3)};
+    t.python_stack = {testing::py(op, kC10d, 1), testing::py("main", "/train.py", 3)};
     auto call = collective_in_progress(t);
     ASSERT_TRUE(call) << op;
     EXPECT_EQ(call->op, op);
@@ -171,8 +163,8 @@ TEST(CollectiveInProgress, EachTorchCollectiveIsRecognized) {
 
 TEST(CollectiveInProgress, InitRendezvousWaitIsABarrier) {
   ThreadInfo t;
-  t.python_stack = {python_frame("_store_based_barrier", kC10d, 3300),
-                    python_frame("init_process_group", kC10d, 760), python_frame("main", "/train.py", 3)};
+  t.python_stack = {testing::py("_store_based_barrier", kC10d, 3300),
+                    testing::py("init_process_group", kC10d, 760), testing::py("main", "/train.py", 3)};
   auto call = collective_in_progress(t);
   ASSERT_TRUE(call);
   EXPECT_EQ(call->op, "barrier");
@@ -182,17 +174,15 @@ TEST(CollectiveInProgress, InitRendezvousWaitIsABarrier) {
 TEST(CollectiveInProgress, NotACollective) {
   ThreadInfo parked;  // rank 1 of the scenario: left the loop, sleeping
   parked.python_stack = {
-      python_frame("wait_for_checkpoint_upload", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py",
-                   63),
-      python_frame("run_rank", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 87)};
+      testing::py("wait_for_checkpoint_upload", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 63),
+      testing::py("run_rank", "/work/tests/scenarios/workloads/gloo_allreduce_skip.py", 87)};
   parked.native_stack = {native_frame("clock_nanosleep", "/usr/lib/x86_64-linux-gnu/libc.so.6")};
   EXPECT_FALSE(collective_in_progress(parked));
 
   // A helper of distributed_c10d that is not a collective, and a function of
   // the same name in the user's own code.
   ThreadInfo helper;
-  helper.python_stack = {python_frame("get_world_size", kC10d, 900),
-                         python_frame("all_reduce", "/mine.py", 5)};
+  helper.python_stack = {testing::py("get_world_size", kC10d, 900), testing::py("all_reduce", "/mine.py", 5)};
   EXPECT_FALSE(collective_in_progress(helper));
 
   EXPECT_FALSE(collective_in_progress(ThreadInfo{}));
@@ -261,7 +251,7 @@ TEST(CollectiveInProgress, TemplateAndAnonymousNamespaceSymbols) {
 
 TEST(CollectiveInProgress, GlooBackendFromItsLibrary) {
   ThreadInfo t;
-  t.python_stack = {python_frame("broadcast", kC10d, 1400)};
+  t.python_stack = {testing::py("broadcast", kC10d, 1400)};
   t.native_stack = {native_frame("", "/lib/libgloo.so.0")};  // a frame with no symbol
   auto call = collective_in_progress(t);
   ASSERT_TRUE(call);
@@ -279,7 +269,7 @@ TEST(CollectiveInProgress, GlooOpNamesDoNotMatchLongerOnes) {
 
 TEST(CollectiveInProgress, NcclBackendFromProcessGroupNcclFrames) {
   ThreadInfo t;
-  t.python_stack = {python_frame("barrier", kC10d, 3140), python_frame("main", "/train.py", 3)};
+  t.python_stack = {testing::py("barrier", kC10d, 3140), testing::py("main", "/train.py", 3)};
   t.native_stack = {
       native_frame("cudaStreamSynchronize", "/usr/local/cuda/lib64/libcudart.so.13"),
       native_frame("c10d::ProcessGroupNCCL::WorkNCCL::synchronizeInternal(std::chrono::duration<long, "
@@ -324,8 +314,8 @@ ProcessInfo gloo_rank_in_all_reduce() {
   p.rank = 0;
   ThreadInfo main_thread;
   main_thread.tid = 100;
-  main_thread.python_stack = {python_frame("all_reduce", kC10d, 1541),
-                              python_frame("run_rank", "/w/gloo_allreduce_skip.py", 80)};
+  main_thread.python_stack = {testing::py("all_reduce", kC10d, 1541),
+                              testing::py("run_rank", "/w/gloo_allreduce_skip.py", 80)};
   main_thread.native_stack = {
       native_frame("__futex_abstimed_wait_common", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
       native_frame("pthread_cond_wait", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
@@ -418,7 +408,7 @@ TEST(CollectiveBackend, TheThreadsOwnBackendWins) {
   ProcessInfo p = gloo_rank_in_all_reduce();
   ThreadInfo t;
   t.tid = 120;
-  t.python_stack = {python_frame("barrier", kC10d, 3140)};
+  t.python_stack = {testing::py("barrier", kC10d, 3140)};
   t.native_stack = {native_frame("c10d::ProcessGroupNCCL::barrier(c10d::BarrierOptions const&)",
                                  "/usr/lib/x86_64-linux-gnu/libtorch_cuda.so")};
   auto call = collective_in_progress(p, t);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "frames.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
 #include "hangtrace/exports.h"
@@ -289,14 +290,7 @@ TEST(GpuStarved, NotWhenNothingCanTellIdleness) {
   EXPECT_EQ(find_kind(d, "gpu-starved"), nullptr);
 }
 
-UserFrame py(const std::string& function, const std::string& file, int line) {
-  UserFrame f;
-  f.kind = UserFrame::Kind::Python;
-  f.function = function;
-  f.file = file;
-  f.line = line;
-  return f;
-}
+using testing::py;
 
 TEST(CollectiveWait, GlooRankInAllReduceWhilePeerRankIsElsewhere) {
   ThreadInfo r0 = blocked_thread(200, "python3", 40);

@@ -1,5 +1,6 @@
 // hangtrace merge on hand-built bundles: one per rank, as if from several
 // hosts, with the frames a real torch 1.13 rank shows.
+#include "frames.h"
 #include "hangtrace/merge.h"
 
 #include <fmt/format.h>
@@ -17,14 +18,7 @@ constexpr double kSampled = 1'700'000'000.0;  // 2023-11-14 22:13:20 UTC
 constexpr int64_t kFutex = 202;
 constexpr int64_t kClockNanosleep = 230;
 
-UserFrame py(const std::string& function, const std::string& file, int line) {
-  UserFrame f;
-  f.kind = UserFrame::Kind::Python;
-  f.function = function;
-  f.file = file;
-  f.line = line;
-  return f;
-}
+using testing::py;
 
 ThreadInfo blocked_thread(int tid, double blocked_s, int64_t nr) {
   ThreadInfo t;
