@@ -52,7 +52,9 @@ struct call_state {
   __s32 kwalk_id;
   __u64 kwalk_ns, kwalk_nr, kwalk_obj;
   __s32 uwalk_id;
-  __u32 tid; /* the thread's, set when the record is created */
+  __u32 tid;   /* the thread's, set when the record is created */
+  __u32 epoch; /* hooks_epoch when the call began: one begun before a detach is stale */
+  __u32 epoch_pad;
   __u64 uwalk_ns, uwalk_nr, uwalk_obj;
   /* futex wake records are sampled: one per word per thread per interval
    * (wake_emit_ns: call_clock_leaving_cpu() of the last one sent). */
@@ -110,7 +112,14 @@ static __always_inline bool call_maybe_in_progress(__u32 tid) {
   return !n || *n != 0;
 }
 
+/* Bumped by userspace each time the hooks are attached again (the daemon's
+ * sampled steady state detaches them): a call whose state was left by an
+ * earlier attachment -- its exit or first sleep happened while detached --
+ * is stale, never finished with a duration spanning the gap. */
+__u32 hooks_epoch = 0;
+
 static __always_inline void call_mark_begun(struct call_state* s) {
+  s->epoch = hooks_epoch;
   if (!s->in_call) {
     __u32 bucket = s->tid & (CALL_BUCKETS - 1);
     __u32* n = bpf_map_lookup_elem(&calls_in_progress, &bucket);

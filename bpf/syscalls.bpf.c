@@ -53,6 +53,10 @@
  * first sleep (sched_switch reads the call from the saved registers). */
 const volatile bool calls_from_entry = false;
 
+static __always_inline bool call_current(struct call_state* s) {
+  return s->in_call && s->epoch == hooks_epoch;
+}
+
 /* What a syscall is to the dispatcher (bit set). */
 #define C_FUTEX 1       /* futex, futex_waitv, futex_wait */
 #define C_FD 2          /* blocking, args[0] is an fd */
@@ -184,7 +188,7 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
     struct call_state* s = call_maybe_in_progress(t->pid) ? call_state_of(t) : NULL;
     if (s && s->in_call) {
       /* A stale entry (a call whose exit was missed) is dropped, not reported. */
-      if (s->nr == nr)
+      if (s->nr == nr && s->epoch == hooks_epoch)
         finish_call(ctx, t, s, ret, btf);
       else
         call_mark_ended(s);
@@ -215,9 +219,10 @@ static __always_inline int on_sched_switch(void* ctx, bool preempt, struct task_
   __u32 c = classify(nr);
   if (!(c & (C_FUTEX | C_FD | C_NOFD))) return 0;
   struct call_state* s = call_state_of(t);
-  if (s && s->in_call) {
+  if (s && call_current(s)) {
     if (s->slept) return 0;
   } else {
+    if (s && s->in_call) call_mark_ended(s); /* left over from before the hooks were detached */
     if (calls_from_entry) return 0;
     if (c & C_FUTEX) {
       if (!trace_futex || !futex_call_waits(regs, nr, true)) return 0;

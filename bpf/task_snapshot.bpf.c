@@ -163,4 +163,61 @@ int ht_task_snapshot(struct bpf_iter__task* ctx) {
   return 0;
 }
 
+/*
+ * The brief pass (the daemon's sampled steady state, once a second): state,
+ * time off CPU, context switches and the syscall a blocked thread is in --
+ * ~100 bytes a thread, no stack walk. Same filter and clock as above.
+ */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct ht_task_brief);
+} brief_scratch SEC(".maps");
+
+SEC("iter/task")
+int ht_task_brief(struct bpf_iter__task* ctx) {
+  struct seq_file* seq = ctx->meta->seq;
+  struct task_struct* t = ctx->task;
+  __u32 zero = 0;
+  if (!t) return 0;
+  __u32 tgid = BPF_CORE_READ(t, tgid);
+  if (filter_by_tgid && !bpf_map_lookup_elem(&target_tgids, &tgid)) return 0;
+  __u32 flags = BPF_CORE_READ(t, flags);
+  if (flags & (PF_KTHREAD | PF_EXITING)) return 0;
+  struct ht_task_brief* rec = bpf_map_lookup_elem(&brief_scratch, &zero);
+  if (!rec) return 0;
+  __builtin_memset(rec, 0, sizeof(*rec));
+  rec->abi_version = HT_ABI_VERSION;
+  rec->tid = BPF_CORE_READ(t, pid);
+  rec->tgid = tgid;
+  rec->state = ht_task_state(t);
+  rec->nvcsw = BPF_CORE_READ(t, nvcsw);
+  rec->sum_exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
+  rec->syscall_nr = -1;
+  bool running = ht_task_on_cpu(t) || (rec->state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0);
+  if (running) {
+    rec->sample_flags |= HT_TASK_ON_CPU;
+  } else {
+    struct task_struct* cur = bpf_get_current_task_btf();
+    __u64 since = ht_task_sched_clock(t);
+    __u64 now = ht_task_sched_clock(cur);
+    if (since && now > since) rec->off_cpu_ns = now - since;
+    struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
+    __s64 nr;
+    if (regs && HT_SYSCALL_NR_CORE_INTO(&nr, regs) == 0) {
+      rec->syscall_nr = nr;
+      rec->syscall_args[0] = HT_SYSCALL_ARG1_CORE(regs);
+      rec->syscall_args[1] = PT_REGS_PARM2_CORE(regs);
+      rec->syscall_args[2] = PT_REGS_PARM3_CORE(regs);
+      rec->syscall_args[3] = HT_SYSCALL_ARG4_CORE(regs);
+      rec->syscall_args[4] = HT_SYSCALL_ARG5_CORE(regs);
+      rec->syscall_args[5] = HT_SYSCALL_ARG6_CORE(regs);
+      rec->sample_flags |= HT_TASK_HAS_USER_REGS;
+    }
+  }
+  bpf_seq_write(seq, rec, sizeof(*rec));
+  return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

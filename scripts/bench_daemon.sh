@@ -3,7 +3,7 @@
 # jobs it tracks and the machine, next to what an SRE would leave running
 # instead, and does its memory stay flat over a long busy job?
 #
-# Three sections (SECTIONS, comma-separated; default all):
+# Four sections (SECTIONS, comma-separated; default all):
 #
 # overhead  The ping-pongs of scripts/bench_live.sh (bench/pipe_pingpong.cpp:
 #           two processes, two pipes; bench/futex_pingpong.cpp: two threads,
@@ -15,7 +15,10 @@
 #                          started fresh for each run, the loop starts once the
 #                          daemon said it tracks the job (its /proc scan, every
 #                          2 s, finds it; the pipe ping-pong's child is followed
-#                          on fork, in the kernel)
+#                          on fork, in the kernel); its default, sampled steady
+#                          state (no hook on syscalls, switches, wakeups)
+#             daemon-exact the same with --steady-state exact (those hooks always
+#                          on: in-kernel histograms of every wait, who-woke-whom)
 #             offcputime   libbpf-tools `offcputime -p PID` (main process only:
 #                          it takes one pid)
 #             bpftrace     an always-on off-CPU histogram (sched_switch, per-tid
@@ -38,6 +41,13 @@
 #           1 s and 15 s: a sub-second loop alone under-samples them): CPU % of
 #           one core from /proc/PID/stat utime+stime, from schedstat, and from
 #           its own hangtrace_daemon_cpu_seconds_total on /metrics.
+# train     The job-side cost on a training loop's throughput: TRAIN_REPS
+#           rounds (interleaved, rotated) of TRAIN_STEPS steps of a small model
+#           fed by a DataLoader with TRAIN_WORKERS persistent workers and a
+#           logger thread (scripts/bench_daemon_job.py train), untraced, under
+#           the daemon and under the daemon with --steady-state exact; ms per
+#           step, slowdown, and how often the sampled daemon attached its exact
+#           hooks (0 expected for a healthy job).
 # idle      IDLE_PROCS idle PyTorch jobs (scripts/bench_daemon_job.py idle:
 #           torch imported, intra-op threads started, IDLE_WORKERS forked
 #           children waiting too, like idle DataLoader workers), and the
@@ -66,7 +76,7 @@
 #           PROFILE_SECONDS (the soak's CPU figure then includes perf's cost).
 #
 # Targets (printed next to each figure, PASS/FAIL): slowdown <= 1.02x on both
-# ping-pongs; the daemon's CPU <= 1 % of one core (while tracking the
+# ping-pongs and on the training loop (the default, sampled daemon); the daemon's CPU <= 1 % of one core (while tracking the
 # ping-pongs, and idle with IDLE_PROCS tracked processes); its RSS <= 64 MiB;
 # the soak's second-half RSS slope <= SOAK_MAX_SLOPE_KIB_MIN (64) KiB/min (at
 # the soak's ~x370 compression, 64 KiB per soak minute is ~0.17 KiB per minute
@@ -76,8 +86,10 @@
 # daemon) to the others (taskset; PIN=0 pins neither), as in bench_live.sh.
 #
 # Env: HANGTRACE_BIN (./build/hangtrace), PYTHON (/usr/bin/python3), REPS (7),
-#      ITERS (100000 round trips per run), TOOLS (daemon,offcputime,bpftrace:
-#      the configs besides baseline), BPF_STATS (0), TRACK_SECONDS (30),
+#      ITERS (400000 round trips per run: ~1.5 s, past the sampled daemon's
+#      1 s pass), TOOLS (daemon,daemon-exact,offcputime,bpftrace: the configs
+#      besides baseline), BPF_STATS (0), TRACK_SECONDS (30), TRAIN_REPS (5),
+#      TRAIN_STEPS (3000), TRAIN_WORKERS (2),
 #      IDLE_PROCS (4), IDLE_WORKERS (4), IDLE_SECONDS (60), PROFILE (0),
 #      PROFILE_SECONDS (30), SOAK_SECONDS
 #      (300), SOAK_SAMPLE_S (5), SOAK_JOB_EVERY (15), SOAK_RECORDER_MINUTES
@@ -129,9 +141,9 @@ JOB_PY = os.environ["JOB_PY"]
 PYTHON = os.environ["PYTHON"]
 E = os.environ.get
 REPS = int(E("REPS", "7"))
-ITERS = int(E("ITERS", "100000"))
-SECTIONS = [s.strip() for s in E("SECTIONS", "overhead,idle,soak").split(",") if s.strip()]
-TOOLS = [s.strip() for s in E("TOOLS", "daemon,offcputime,bpftrace").split(",") if s.strip()]
+ITERS = int(E("ITERS", "400000"))
+SECTIONS = [s.strip() for s in E("SECTIONS", "overhead,train,idle,soak").split(",") if s.strip()]
+TOOLS = [s.strip() for s in E("TOOLS", "daemon,daemon-exact,offcputime,bpftrace").split(",") if s.strip()]
 TRACK_SECONDS = float(E("TRACK_SECONDS", "30"))
 IDLE_PROCS = int(E("IDLE_PROCS", "4"))
 IDLE_WORKERS = int(E("IDLE_WORKERS", "4"))
@@ -146,14 +158,16 @@ SOAK_RECORDER_MINUTES = E("SOAK_RECORDER_MINUTES", "1")
 SOAK_WORKERS = int(E("SOAK_WORKERS", "8"))
 REAL_EPOCH_MIN = float(E("REAL_EPOCH_MIN", "5"))
 SOAK_MAX_SLOPE = float(E("SOAK_MAX_SLOPE_KIB_MIN", "64"))
+TRAIN_REPS = int(E("TRAIN_REPS", "5"))
+TRAIN_STEPS = int(E("TRAIN_STEPS", "3000"))
 # The issue's targets.
 MAX_SLOWDOWN, MAX_CPU_PCT, MAX_RSS_MIB, MIN_SOAK_EQUIV_MIN = 1.02, 1.0, 64.0, 30.0
 
 PIN_CPU, TRACER_PIN = pins()
 WL_PIN = ["taskset", "-c", str(PIN_CPU)] if PIN_CPU is not None else []
 for s in SECTIONS:
-    if s not in ("overhead", "idle", "soak"):
-        sys.exit("bench_daemon: SECTIONS: no section %r (have: overhead, idle, soak)" % s)
+    if s not in ("overhead", "train", "idle", "soak"):
+        sys.exit("bench_daemon: SECTIONS: no section %r (have: overhead, train, idle, soak)" % s)
 
 STARTED = []   # every process this driver started: killed at the end whatever happens
 
@@ -308,6 +322,7 @@ tracepoint:sched:sched_switch /@off[args->next_pid]/
 CONFIGS = [
     ("baseline", None),
     ("daemon", None),
+    ("daemon-exact", None),
     ("offcputime", None if have("offcputime") or os.path.exists("/usr/sbin/offcputime") else "not installed"),
     ("bpftrace", None if have("bpftrace") else "not installed"),
 ]
@@ -339,8 +354,8 @@ def run_one(config, workload, iters=ITERS):
     tracer = daemon = None
     job = spawn(workload_argv(binary, iters, out, gate), stderr=errf, start_new_session=True)
     job.own_group = True    # the pipe ping-pong's child goes with it
-    if name == "daemon":
-        daemon = Daemon([daemon_pattern(binary)])
+    if name in ("daemon", "daemon-exact"):
+        daemon = Daemon([daemon_pattern(binary)], ["--steady-state", "exact"] if name == "daemon-exact" else [])
         daemon.wait_tracking([job.pid])
         pid = daemon.pid
     elif name == "offcputime":
@@ -403,7 +418,7 @@ def overhead():
             for c in order:
                 row = run_one(c, w)
                 if row["error"]:
-                    if c[0] == "daemon":
+                    if c[0].startswith("daemon"):
                         raise HangtraceFailed("daemon / %s run %d: %s" % (w[0], rep + 1, row["error"]))
                     print("  %s / %s run %d: %s" % (c[0], w[0], rep + 1, row["error"]), file=sys.stderr)
                 results.setdefault((c[0], w[0]), []).append(row)
@@ -531,6 +546,67 @@ def track(results):
 
 
 # ---- idle -----------------------------------------------------------------------------
+
+def train_one(config, rep):
+    """One fixed-work training run (bench_daemon_job.py train) under `config`."""
+    out = os.path.join(TMP, "train-%s-%d.json" % (config, rep))
+    gate = make_gate(os.path.join(TMP, "train-gate-%s-%d" % (config, rep)))
+    outp = os.path.join(TMP, "train.out")
+    job = spawn(WL_PIN + [PYTHON, JOB_PY, "train", str(TRAIN_STEPS), gate, out], stdout=open(outp, "w"),
+                stderr=subprocess.DEVNULL, start_new_session=True)
+    job.own_group = True
+    deadline = time.monotonic() + 300
+    while "READY" not in open(outp).read():
+        if job.poll() is not None or time.monotonic() > deadline:
+            raise HangtraceFailed("the training job did not start (needs torch in %s)" % PYTHON)
+        time.sleep(0.05)
+    daemon = None
+    if config != "baseline":
+        daemon = Daemon([ecma_literal(gate)], ["--steady-state", "exact"] if config == "daemon-exact" else [])
+        daemon.wait_tracking([job.pid])
+    open_gate(gate)
+    job.wait()
+    row = {}
+    if daemon:
+        row["hot"] = daemon.metrics().get("hangtrace_exact_hooks_attachments_total")
+        daemon.stop()
+    try:
+        res = json.load(open(out))
+        row["per_step"] = res["seconds"] / res["steps"]
+    except (OSError, ValueError, KeyError):
+        raise HangtraceFailed("training run %s/%d wrote no result" % (config, rep))
+    return row
+
+
+def train():
+    configs = ["baseline"] + [c for c in ("daemon", "daemon-exact") if c in TOOLS]
+    print("== train: %d rounds of %d steps of a DataLoader-fed training loop (PyTorch, %s workers), workload "
+          "on CPU %s" % (TRAIN_REPS, TRAIN_STEPS, E("TRAIN_WORKERS", "2"), PIN_CPU), flush=True)
+    rows = {c: [] for c in configs}
+    t0 = time.monotonic()
+    for rep in range(TRAIN_REPS):
+        order = configs[rep % len(configs):] + configs[:rep % len(configs)]
+        for c in order:
+            rows[c].append(train_one(c, rep))
+        print("  round %d/%d done (%.0f s)" % (rep + 1, TRAIN_REPS, time.monotonic() - t0), file=sys.stderr,
+              flush=True)
+    base = med([r["per_step"] for r in rows["baseline"]])
+    print()
+    print("%-13s %10s %9s %20s" % ("config", "ms/step", "slowdown", "per-round min..max"))
+    for c in configs:
+        per = med([r["per_step"] for r in rows[c]])
+        paired = [r["per_step"] / b["per_step"] for r, b in zip(rows[c], rows["baseline"])]
+        print("%-13s %10.3f %8.3fx %20s" % (c, per * 1e3, per / base,
+                                           "" if c == "baseline" else "%.3f..%.3f" % (min(paired), max(paired))))
+    hot = [r.get("hot") for r in rows.get("daemon", []) if r.get("hot") is not None]
+    if hot:
+        print("(the sampled daemon attached its exact hooks %d times over these runs)" % sum(hot))
+    print()
+    if "daemon" in rows:
+        per = med([r["per_step"] for r in rows["daemon"]])
+        verdict(per / base <= MAX_SLOWDOWN, "training loop under the daemon: slowdown %.3fx (median of %d); "
+                "target <= %.2fx" % (per / base, TRAIN_REPS, MAX_SLOWDOWN))
+
 
 def start_idle_jobs(n):
     jobs = []
@@ -787,6 +863,8 @@ status = 0
 try:
     if "overhead" in SECTIONS:
         overhead()
+    if "train" in SECTIONS:
+        train()
     if "idle" in SECTIONS:
         idle()
     if "soak" in SECTIONS:

@@ -21,6 +21,14 @@
       recorder threshold; every SOAK_RSS_EVERY epochs: RSS up and down by
       SOAK_RSS_MIB (past the 64 MiB RSS step the kernel side streams).
       Writes what it did to STATS_JSON at the end.
+  bench_daemon_job.py train STEPS GATE OUT_JSON
+      fixed work for the job-side cost on training throughput: a small model
+      trained for STEPS steps on batches from a DataLoader with TRAIN_WORKERS
+      (2) persistent workers, with a logger thread fed per step -- a
+      syscall- and switch-heavy loop, as real loops go. Prints READY, reads
+      one byte from the FIFO GATE (a tracer attaches meanwhile), then times
+      the STEPS steps only (workers started and warmed up before) and writes
+      {"steps", "seconds"} to OUT_JSON.
 """
 import json
 import os
@@ -123,6 +131,51 @@ def soak(seconds, stats_path):
         json.dump(st, f)
 
 
+def train(steps, gate, out_path):
+    import torch
+    import torch.utils.data as tud
+
+    torch.manual_seed(0)
+    workers = int(os.environ.get("TRAIN_WORKERS", "2"))
+
+    class Synthetic(tud.Dataset):
+        def __len__(self):
+            return 1 << 30
+
+        def __getitem__(self, i):
+            return torch.full((128,), float(i % 7))
+
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = iter(tud.DataLoader(Synthetic(), batch_size=32, num_workers=workers, persistent_workers=True))
+    log = queue.Queue()
+    log_thread = threading.Thread(target=lambda: [None for _ in iter(log.get, None)], name="logger")
+    log_thread.start()
+
+    def step():
+        xb = next(loader)
+        loss = model(xb).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log.put(loss.item())
+
+    for _ in range(50):     # the workers are up and prefetching
+        step()
+    print("READY pid=%d" % os.getpid(), flush=True)
+    with open(gate) as g:
+        g.read(1)
+    t0 = time.monotonic()
+    for _ in range(steps):
+        step()
+    seconds = time.monotonic() - t0
+    log.put(None)
+    log_thread.join()
+    with open(out_path, "w") as f:
+        json.dump({"steps": steps, "seconds": seconds}, f)
+    os._exit(0)     # the persistent workers go with the process
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "idle":
@@ -131,5 +184,8 @@ if __name__ == "__main__":
         short(float(sys.argv[2]))
     elif mode == "soak":
         soak(float(sys.argv[2]), sys.argv[3])
+    elif mode == "train":
+        train(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:
-        sys.exit("usage: bench_daemon_job.py idle [WORKERS] | short SECONDS | soak SECONDS STATS_JSON")
+        sys.exit("usage: bench_daemon_job.py idle [WORKERS] | short SECONDS | soak SECONDS STATS_JSON | "
+                 "train STEPS GATE OUT_JSON")

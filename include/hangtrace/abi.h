@@ -71,6 +71,26 @@ struct ht_task_record {
   __u64 user_regs[HT_MAX_USER_REGS]; /* DWARF order, see HT_MAX_USER_REGS */
 };
 
+/*
+ * One record per task of a traced process from the brief pass of the task
+ * iterator (ht_task_brief in bpf/task_snapshot.bpf.c): what the daemon's
+ * sampled steady state needs each second -- no stacks, no registers but the
+ * syscall's.
+ */
+struct ht_task_brief {
+  __u32 abi_version;     /* HT_ABI_VERSION */
+  __u32 tid;             /* task->pid (global namespace) */
+  __u32 tgid;            /* task->tgid */
+  __u32 state;           /* task->__state bits */
+  __u32 sample_flags;    /* HT_TASK_* (HT_TASK_HAS_USER_REGS: syscall_* valid) */
+  __u32 pad;             /* explicit padding, always 0 */
+  __u64 off_cpu_ns;      /* ns since the task last left a CPU; 0 when on CPU */
+  __u64 sum_exec_ns;     /* se.sum_exec_runtime, ns on CPU in total */
+  __u64 nvcsw;           /* voluntary context switches */
+  __s64 syscall_nr;      /* orig_ax; -1 when not in a syscall */
+  __u64 syscall_args[6]; /* di, si, dx, r10, r8, r9 */
+};
+
 /* ===== Live tracing: records streamed through the BPF ring buffer ===========
  * Every record starts with struct ht_event_header; `size` is the whole
  * record's size so readers can skip types they do not know. Times are

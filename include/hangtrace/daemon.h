@@ -141,6 +141,10 @@ struct ProgressSample {
   // handing over a batch, the pin-memory thread): the in-kernel counts.
   uint64_t wakeups_from_job = 0;
   uint64_t gpu_launches = 0;  // kernel launches by the job's threads (uprobes)
+  // The sampled steady state's stand-in for wakeups_from_job: times the main
+  // thread was seen in a wait without a timeout and had run by the next pass
+  // (WaitSampler: someone woke it; a timeout cannot end such a wait).
+  uint64_t main_woken_sampled = 0;
   // The main thread's Python frames ("file:line function" innermost first);
   // "" when they could not be read (then they are no signal either way).
   std::string python_frames;
@@ -151,7 +155,7 @@ class ProgressWatch {
  public:
   explicit ProgressWatch(uint64_t hang_after_ns) : hang_after_ns_(hang_after_ns) {}
   // Returns which signal moved ("wakeups from the job", "GPU launches",
-  // "Python frames"), or "" when none did.
+  // "main thread woken", "Python frames"), or "" when none did.
   std::string update(const ProgressSample& s);
   bool hung(uint64_t now_ns) const { return started_ && now_ns - last_progress_ns_ >= hang_after_ns_; }
   uint64_t last_progress_ns() const { return last_progress_ns_; }

@@ -164,15 +164,39 @@ class DaemonPrometheus(FleetTestCase):
         self.assertEqual(detected[0]["value"][1], "1", detected)
         written = self.query(api, 'hangtrace_bundles_written_total{trigger="hang"}')
         self.assertEqual(written[0]["value"][1], "1", written)
-        # In-kernel histograms, by role and wait kind: the workers sit in futex waits.
-        waits = wait_for(lambda: self.query(api, 'hangtrace_blocked_seconds_count{role="worker",wait="futex"} > 0'),
-                         30, "worker futex waits in the blocked-time histogram")
+        # Blocked time by role and wait kind: the main thread's poll times out
+        # every 5 s (a wait of seconds: sampled, or in kernel while the exact
+        # hooks were attached).
+        waits = wait_for(lambda: self.query(api, 'hangtrace_blocked_seconds_count{role="main_thread",wait="poll"} > 0'),
+                         30, "the main thread's poll waits in the blocked-time histogram")
         self.assertTrue(waits)
+        sums = self.query(api, 'hangtrace_blocked_seconds_sum{role="main_thread",wait="poll"} / '
+                               'hangtrace_blocked_seconds_count{role="main_thread",wait="poll"}')
+        self.assertGreater(float(sums[0]["value"][1]), 1.0, sums)
         own = self.query(api, "hangtrace_daemon_resident_memory_bytes")
         self.assertLess(float(own[0]["value"][1]), 256 * 1024 * 1024, own)
         # Labels stay bounded: no pid or tid label on any hangtrace series.
         for series in self.query(api, '{__name__=~"hangtrace_.*"}'):
             self.assertFalse({"pid", "tid"} & set(series["metric"]), series["metric"])
+
+
+@requires_bpf_and_torch
+class DaemonExactHistograms(FleetTestCase):
+    def test_exact_steady_state_counts_every_wait_in_kernel(self):
+        # The workers' short futex waits at start-up, before they block for
+        # good: only the in-kernel histograms see waits this short.
+        daemon = self.daemon("--match", r"fork_inherited_lock\.py", "--hang-after", "600", "--scan-every", "0.2",
+                             "--steady-state", "exact")
+        job, main, workers = self.hung_job()
+        daemon.wait_for_job(main)
+
+        def worker_futex_waits():
+            for line in daemon.metrics().splitlines():
+                if line.startswith('hangtrace_blocked_seconds_count{role="worker",wait="futex"}'):
+                    return float(line.split()[-1]) > 0
+            return False
+        wait_for(worker_futex_waits, 30, "worker futex waits in the in-kernel histograms")
+        self.assertIn("hangtrace_exact_hooks_attached 1", daemon.metrics())
 
 
 @requires_bpf_and_torch
@@ -239,9 +263,16 @@ class DaemonOomKill(FleetTestCase):
 @requires_bpf_and_torch
 class DaemonHealthyJob(FleetTestCase):
     def test_a_job_making_progress_is_never_called_hung(self):
+        self.healthy_job_is_never_hung("sampled")
+
+    def test_a_job_making_progress_is_never_called_hung_exact(self):
+        # Here the kernel's who-woke-whom counts are a progress signal all the time.
+        self.healthy_job_is_never_hung("exact")
+
+    def healthy_job_is_never_hung(self, steady_state):
         hang_after = 3.0
         daemon = self.daemon("--match", r"healthy_loader\.py", "--hang-after", hang_after, "--check-every", "0.5",
-                             "--scan-every", "0.2", "-vv")
+                             "--scan-every", "0.2", "--steady-state", steady_state, "-vv")
         job = self.start("healthy_loader.py", "--seconds", "600")
         main = parse_marker(job.wait_for_line("READY"))["main"][0]
         daemon.wait_for_job(main)
@@ -256,7 +287,10 @@ class DaemonHealthyJob(FleetTestCase):
         while time.monotonic() - started < 3 * hang_after:
             line = daemon.wait_for_line("hangtrace daemon: job %d: progress (" % main, timeout=30)
             signals.append(line.rsplit("(", 1)[1].rstrip(")"))
-        self.assertIn("wakeups from the job", signals)
+        if steady_state == "exact":
+            self.assertIn("wakeups from the job", signals)
+        else:
+            self.assertIn("Python frames", signals)
         ended = "hangtrace daemon: job %d (python3) ended" % short_main
         wait_for(lambda: any(l.startswith(ended) for l in daemon.lines), 30, "the short job to end")
         self.assertFalse([l for l in daemon.lines if "made no progress" in l], "\n".join(daemon.lines))

@@ -219,6 +219,9 @@ TEST(ProgressWatch, HungOnlyWhenNoSignalMovesForTheWholePeriod) {
   s.now_ns = 8'000'000'000ull;
   s.gpu_launches = 100;
   EXPECT_EQ(w.update(s), "GPU launches");
+  s.now_ns = 8'500'000'000ull;
+  s.main_woken_sampled = 1;
+  EXPECT_EQ(w.update(s), "main thread woken");
   s.now_ns = 9'000'000'000ull;
   s.python_frames = "train.py:11 step\n";
   EXPECT_EQ(w.update(s), "Python frames");

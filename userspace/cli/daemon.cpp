@@ -52,6 +52,29 @@ double self_cpu_seconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+// What a sampled wait's fd is, from /proc (asked once per wait seen).
+FdInfo fd_info(int tgid, int fd) {
+  FdInfo info;
+  std::string link = fmt::format("/proc/{}/fd/{}", tgid, fd);
+  char target[256];
+  ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+  if (n <= 0) return info;
+  std::string t(target, static_cast<size_t>(n));
+  struct stat st {};
+  if (stat(link.c_str(), &st) == 0) info.inode = st.st_ino;
+  if (t.starts_with("socket:")) {
+    info.wait_kind = HT_WAIT_NET;
+    info.obj_kind = 2;
+  } else if (t.starts_with("pipe:")) {
+    info.obj_kind = 1;
+  } else if (t.starts_with("anon_inode:")) {
+    info.obj_kind = 4;
+  } else {
+    info.obj_kind = 3;
+  }
+  return info;
+}
+
 }  // namespace
 
 uint64_t Daemon::now_ns() const {
@@ -101,12 +124,16 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   lo.stream_wakes = false;
   lo.blocked_histograms = true;
   lo.shm_trouble_only = true;
+  // Sampled: nothing runs on the hot paths until a job looks stuck.
+  lo.hot_hooks = !options.sampled();
   lo.ringbuf_bytes = static_cast<uint64_t>(options.ringbuf_mb) << 20;
   lo.verbosity = options.verbosity > 2 ? options.verbosity - 2 : 0;
   auto tracer = LiveTracer::start(lo);
   if (!tracer) return make_error(tracer.error());
   d->tracer_ = std::move(*tracer);
   d->nvml_ = NvmlSampler::open();
+  if (options.sampled())
+    d->sampler_ = std::make_unique<WaitSampler>(static_cast<uint64_t>(options.sample_every_s * 1e9), fd_info);
   // The snapshot of each bundle reuses one verified task iterator.
   keep_task_iterator_loaded(true);
   return d;
@@ -374,6 +401,7 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
     job.wake_counts = std::move(now_counts);
   }
   sample.wakeups_from_job = job.wakeups_from_job;
+  sample.main_woken_sampled = job.main_woken_sampled;
   LiveObservation gpu;
   tracer_->contribute(gpu);
   for (const auto& t : gpu.gpu.threads)
@@ -430,17 +458,23 @@ void Daemon::write_due_incidents(Job& job, uint64_t now) {
   }
 }
 
+uint64_t Daemon::check_every_ns() const {
+  return static_cast<uint64_t>((options_.check_every_s > 0
+                                    ? options_.check_every_s
+                                    : std::clamp(options_.hang_after_s / 12, 0.5, 15.0)) *
+                               1e9);
+}
+
 void Daemon::check_jobs(uint64_t now) {
   std::optional<std::vector<WakeupCount>> wakeups;
-  const uint64_t every =
-      static_cast<uint64_t>((options_.check_every_s > 0 ? options_.check_every_s
-                                                        : std::clamp(options_.hang_after_s / 12, 0.5, 15.0)) *
-                            1e9);
+  const uint64_t every = check_every_ns();
+  bool checked = false;
   for (auto& [root, job] : jobs_) {
     write_due_incidents(job, now);
     job.recorder->prune(now);
     if (now < job.next_check_ns || !job.pids.count(root)) continue;
     job.next_check_ns = now + every;
+    checked = true;
     if (!wakeups) {
       auto w = read_wakeup_counts();
       if (w)
@@ -450,6 +484,93 @@ void Daemon::check_jobs(uint64_t now) {
     }
     check_progress(job, now, wakeups ? &*wakeups : nullptr);
   }
+  if (checked || (jobs_.empty() && tracer_->hot_hooks_attached())) set_exact_hooks(now);
+}
+
+// ---- the sampled steady state ---------------------------------------------------------
+
+void Daemon::set_exact_hooks(uint64_t now) {
+  if (!options_.sampled()) return;
+  // Suspect: no progress for a quarter of --hang-after (and two checks at
+  // least), so the hang, when it comes, is diagnosed with who woke whom and
+  // every wait of the last three quarters. A job already bundled as hung
+  // keeps none attached: its evidence is taken, and the hooks cost the
+  // whole machine, not only the job.
+  const uint64_t suspect_after =
+      options_.suspect_after_s > 0
+          ? static_cast<uint64_t>(options_.suspect_after_s * 1e9)
+          : std::max<uint64_t>(static_cast<uint64_t>(options_.hang_after_s * 1e9 / 4), 2 * check_every_ns());
+  std::vector<int> suspects;
+  for (const auto& [root, job] : jobs_) {
+    uint64_t last = job.watch->last_progress_ns();
+    if (!job.hung && last && job.pids.count(root) && now - last >= suspect_after) suspects.push_back(root);
+  }
+  const bool want = !suspects.empty();
+  if (want == tracer_->hot_hooks_attached()) return;
+  if (auto done = tracer_->set_hot_hooks(want); !done) {
+    log(0, fmt::format("failed to {} the exact hooks: {}", want ? "attach" : "detach", done.error()));
+    return;
+  }
+  if (want) {
+    hot_now_ = {now, 0};
+    ++hot_attachments_;
+    std::string who;
+    for (int root : suspects) who += fmt::format("{}{}", who.empty() ? "" : ", ", root);
+    log(0, fmt::format("exact hooks attached: no progress from job {} for {:.0f} s", who,
+                       static_cast<double>(suspect_after) / 1e9));
+  } else {
+    hot_last_ = {hot_now_.from_ns, now};
+    hot_now_ = {};
+    log(0, "exact hooks detached: no job looks stuck");
+  }
+}
+
+bool Daemon::kernel_saw(const SampledWait& w) const {
+  auto inside = [&](const HotPeriod& p) {
+    return p.from_ns && p.from_ns <= w.start_ns && (p.to_ns == 0 || w.seen_until_ns <= p.to_ns);
+  };
+  return inside(hot_now_) || inside(hot_last_);
+}
+
+void Daemon::record_sampled_wait(const SampledWait& w) {
+  // The kernel's histograms and stream had it while the exact hooks were on.
+  if (kernel_saw(w)) return;
+  auto role = role_of_.find(w.tgid);
+  if (role == role_of_.end()) return;
+  const uint64_t ns = w.duration_ns();
+  std::array<uint64_t, HT_HIST_BUCKETS> one{};
+  uint64_t us = ns / 1000;
+  int bucket = 0;
+  while (bucket + 1 < HT_HIST_BUCKETS && (us >> (bucket + 1)) != 0) ++bucket;
+  one[static_cast<size_t>(bucket)] = 1;
+  const char* r =
+      role->second == "main" ? daemon::role_name(true, w.tid == w.tgid) : daemon::role_name(false, false);
+  metrics_->observe_blocked(r, daemon::wait_kind_name(w.wait_kind),
+                            daemon::fold_log2_buckets(one.data(), one.size()), static_cast<double>(ns) / 1e9);
+  if (static_cast<double>(ns) < options_.record_waits_after_ms * 1e6) return;
+  auto owner = job_of_.find(w.tgid);
+  if (owner == job_of_.end()) return;
+  Job& job = jobs_.at(owner->second);
+  auto meta = job.meta.find(w.tgid);
+  std::string raw = sampled_wait_record(w, meta != job.meta.end() ? meta->second.comm : job.comm);
+  job.recorder->add(w.seen_until_ns, raw.data(), raw.size());
+}
+
+void Daemon::sample_waits(uint64_t now) {
+  std::vector<int> tgids;
+  tgids.reserve(job_of_.size());
+  for (const auto& [pid, root] : job_of_) tgids.push_back(pid);
+  const uint64_t started = now_ns();
+  auto briefs = sample_task_briefs(tgids);
+  if (!briefs) {
+    log(0, briefs.error());
+    return;
+  }
+  auto pass = sampler_->update(now, *briefs);
+  metrics_->sample_took(static_cast<double>(now_ns() - started) / 1e9, briefs->size());
+  for (const auto& [tid, n] : pass.woken_from_untimed)
+    if (auto job = jobs_.find(tid); job != jobs_.end()) job->second.main_woken_sampled += n;
+  for (const auto& w : pass.ended) record_sampled_wait(w);
 }
 
 void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns,
@@ -572,6 +693,7 @@ void Daemon::update_metrics(uint64_t now) {
     evicted += job.recorder->evicted();
   }
   metrics_->set_recorders(records, bytes, evicted);
+  metrics_->set_exact_hooks(tracer_->hot_hooks_attached(), hot_attachments_);
   metrics_->set_hangs_active(hung);
   metrics_->set_ring_counters(tracer_->counter(HT_CNT_EVENTS), tracer_->counter(HT_CNT_DROPPED));
   metrics_->set_self_usage(self_cpu_seconds(), static_cast<double>(self_rss_bytes()));
@@ -633,10 +755,10 @@ void Daemon::update_metrics(uint64_t now) {
 int Daemon::run(const std::atomic<bool>& stop) {
   if (nvml_->usable()) nvml_->start();
   std::string address = metrics_->bound_address();
-  std::fprintf(stderr, "hangtrace daemon: ready: bundles in %s, metrics %s, hang after %.0f s\n",
-               options_.bundle_dir.c_str(),
-               address.empty() ? "off" : ("on http://" + address + "/metrics").c_str(),
-               options_.hang_after_s);
+  std::fprintf(
+      stderr, "hangtrace daemon: ready: bundles in %s, metrics %s, hang after %.0f s, %s steady state\n",
+      options_.bundle_dir.c_str(), address.empty() ? "off" : ("on http://" + address + "/metrics").c_str(),
+      options_.hang_after_s, options_.steady_state.c_str());
   // Bundles a writer that died left half-written, and the retention limit.
   prune_bundles(options_.bundle_dir, options_.keep_bundles);
   auto sink = [this](const void* data, size_t size) { on_record(data, size); };
@@ -647,6 +769,10 @@ int Daemon::run(const std::atomic<bool>& stop) {
     if (now - last_scan_ns_ >= scan_every) {
       scan();
       last_scan_ns_ = now_ns();
+    }
+    if (sampler_ && now_ns() - last_sample_ns_ >= static_cast<uint64_t>(options_.sample_every_s * 1e9)) {
+      last_sample_ns_ = now_ns();
+      sample_waits(last_sample_ns_);
     }
     check_jobs(now_ns());
     if (now - last_metrics_ns_ >= 1'000'000'000ull) update_metrics(now);

@@ -21,6 +21,7 @@
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
 #include "hangtrace/result.h"
+#include "hangtrace/wait_sampler.h"
 #include "live_sched.h"
 #include "live_tracer.h"
 #include "nvml_sampler.h"
@@ -41,7 +42,13 @@ struct DaemonOptions {
   double scan_every_s = 2;
   int ringbuf_mb = 4;
   double stall_after_s = 10;
+  // "sampled": no hot-path hooks in steady state (see wait_sampler.h); the
+  // exact ones attach while a job looks stuck. "exact": always attached.
+  std::string steady_state = "sampled";
+  double sample_every_s = 1;
+  double suspect_after_s = 0;  // 0: hang_after / 4, at least two checks
   int verbosity = 0;
+  bool sampled() const { return steady_state == "sampled"; }
 };
 
 class Daemon {
@@ -78,6 +85,12 @@ class Daemon {
     };
     std::map<int, MapsRead> maps_next;  // pid -> when its maps are read next (for GPU libraries)
     std::set<int> cuda_pids;            // its processes that map libcuda
+    uint64_t main_woken_sampled = 0;    // WaitSampler: the main thread woken from untimed waits
+  };
+  // When the exact hooks were attached: a sampled wait inside such a period
+  // was seen by the kernel too.
+  struct HotPeriod {
+    uint64_t from_ns = 0, to_ns = 0;  // to_ns 0: still attached
   };
 
   explicit Daemon(const DaemonOptions& o) : options_(o) {}
@@ -92,6 +105,11 @@ class Daemon {
   void check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups);
   void write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns, const std::string& note);
   void update_metrics(uint64_t now);
+  void sample_waits(uint64_t now);
+  void record_sampled_wait(const SampledWait& w);
+  bool kernel_saw(const SampledWait& w) const;
+  void set_exact_hooks(uint64_t now);
+  uint64_t check_every_ns() const;
   void notice_libraries(Job& job);
   uint64_t now_ns() const;
   double mono_to_unix_offset_s() const;
@@ -113,7 +131,10 @@ class Daemon {
   std::set<std::pair<int, std::string>> noticed_files_;
   std::set<std::string> reported_hook_errors_;  // GPU uprobes that failed, said once each
   std::map<std::string, int> causes_seen_;
-  uint64_t last_scan_ns_ = 0, last_metrics_ns_ = 0, last_nvml_round_ns_ = 0;
+  uint64_t last_scan_ns_ = 0, last_metrics_ns_ = 0, last_nvml_round_ns_ = 0, last_sample_ns_ = 0;
+  std::unique_ptr<WaitSampler> sampler_;
+  HotPeriod hot_now_, hot_last_;
+  uint64_t hot_attachments_ = 0;
   std::string kernel_release_, hostname_;
 };
 

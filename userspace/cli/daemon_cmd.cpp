@@ -87,6 +87,19 @@ Subcommand add_daemon_subcommand(CLI::App& parent) {
   app->add_option("--check-every", o->check_every_s,
                   "seconds between progress samples (default: hang-after/12)")
       ->check(CLI::Range(0.0, 3600.0));
+  app->add_option("--steady-state", o->steady_state,
+                  "sampled (default): no hook on any syscall, context switch or wakeup; the threads of "
+                  "tracked jobs are sampled (--sample-every) and the exact hooks attached only while a job "
+                  "makes no progress for --suspect-after. exact: the exact hooks always (in-kernel "
+                  "histograms of every wait, who-woke-whom counts; costs every syscall of the machine)")
+      ->check(CLI::IsMember({"sampled", "exact"}));
+  app->add_option("--sample-every", o->sample_every_s,
+                  "seconds between passes over the tracked threads in the sampled steady state (default 1)")
+      ->check(CLI::Range(0.05, 60.0));
+  app->add_option("--suspect-after", o->suspect_after_s,
+                  "the sampled steady state attaches the exact hooks when a job made no progress for this "
+                  "long (default: hang-after/4, at least two progress samples)")
+      ->check(CLI::Range(0.0, 1e7));
   app->add_option("--bundle-dir", o->bundle_dir,
                   "where postmortem bundles go (default /var/lib/hangtrace/bundles)");
   app->add_option("--keep", o->keep_bundles, "keep the newest N bundles (default 50)")

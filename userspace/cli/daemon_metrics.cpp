@@ -45,7 +45,9 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
   m->blocked_ =
       &BuildHistogram()
            .Name("hangtrace_blocked_seconds")
-           .Help("Time tracked threads spent blocked per wait, by role and wait kind (in-kernel histograms)")
+           .Help(
+               "Time tracked threads spent blocked per wait, by role and wait kind (in kernel while the "
+               "exact hooks are attached; else sampled: the waits of at least --sample-every)")
            .Register(r);
   m->gpu_idle_ = &BuildCounter()
                       .Name("hangtrace_gpu_idle_seconds_total")
@@ -77,6 +79,22 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
                           "The flight recorders of the tracked jobs: records and bytes held, records evicted "
                           "before their time by the count or byte bound")
                       .Register(r);
+  m->exact_hooks_ = &BuildGauge()
+                         .Name("hangtrace_exact_hooks_attached")
+                         .Help(
+                             "1 while the hooks on every syscall, context switch and wakeup are attached "
+                             "(a job looks stuck, or --steady-state exact)")
+                         .Register(r);
+  m->exact_attachments_ = &BuildCounter()
+                               .Name("hangtrace_exact_hooks_attachments_total")
+                               .Help("Times the sampled steady state attached the exact hooks")
+                               .Register(r);
+  m->sample_ = &BuildGauge()
+                    .Name("hangtrace_daemon_sample")
+                    .Help("The last pass of the sampled steady state: seconds it took, threads it saw")
+                    .Register(r);
+  m->exact_hooks_->Add({});
+  m->exact_attachments_->Add({});
   m->jobs_->Add({{"what", "jobs"}});
   m->jobs_->Add({{"what", "processes"}});
   m->dropped_->Add({});
@@ -145,6 +163,18 @@ void DaemonMetrics::set_self_usage(double cpu_seconds, double resident_bytes) {
 }
 
 void DaemonMetrics::scan_took(double seconds) { scan_seconds_->Add({}).Set(seconds); }
+
+void DaemonMetrics::set_exact_hooks(bool attached, uint64_t attachments) {
+  exact_hooks_->Add({}).Set(attached ? 1 : 0);
+  if (attachments > attachments_seen_)
+    exact_attachments_->Add({}).Increment(static_cast<double>(attachments - attachments_seen_));
+  attachments_seen_ = attachments;
+}
+
+void DaemonMetrics::sample_took(double seconds, size_t threads) {
+  sample_->Add({{"what", "seconds"}}).Set(seconds);
+  sample_->Add({{"what", "threads"}}).Set(static_cast<double>(threads));
+}
 
 void DaemonMetrics::set_recorders(size_t records, size_t bytes, uint64_t evicted) {
   recorder_->Add({{"what", "records"}}).Set(static_cast<double>(records));

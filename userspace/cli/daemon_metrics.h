@@ -39,6 +39,9 @@ class DaemonMetrics {
   void set_self_usage(double cpu_seconds, double resident_bytes);
   void scan_took(double seconds);
   void set_recorders(size_t records, size_t bytes, uint64_t evicted);
+  // The hooks on every syscall, switch and wakeup: attached now or not, and how often they were.
+  void set_exact_hooks(bool attached, uint64_t attachments);
+  void sample_took(double seconds, size_t threads);
   std::string bound_address() const;  // "127.0.0.1:9464", the port the kernel picked for ":0"
 
  private:
@@ -59,6 +62,10 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>* rss_ = nullptr;
   prometheus::Family<prometheus::Gauge>* scan_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* recorder_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* exact_hooks_ = nullptr;
+  prometheus::Family<prometheus::Counter>* exact_attachments_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* sample_ = nullptr;
+  uint64_t attachments_seen_ = 0;
   std::string address_;
   uint64_t events_seen_ = 0, dropped_seen_ = 0;
   double cpu_seen_ = 0;

@@ -85,6 +85,7 @@ class SchedModule : public TracerModule {
           if (!shared) return make_error(shared.error());
           skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
           skel_->rodata->ht_stream_wakes = options.stream_wakes;
+          hot_at_start_ = options.hot_hooks;
           return skel_->obj;
         },
         [&]() { return sched_bpf__load(skel_); },
@@ -97,7 +98,7 @@ class SchedModule : public TracerModule {
   }
 
   Result<bool> attach() override {
-    auto attached = hooks_.attach();
+    auto attached = hooks_.attach(hot_at_start_);
     if (!attached) return attached;
     bpf_link* flush = bpf_program__attach_iter(skel_->progs.flush_wake_batches, nullptr);
     if (!flush) return make_error("failed to attach flush_wake_batches: " + errno_text(errno));
@@ -106,13 +107,16 @@ class SchedModule : public TracerModule {
     return true;
   }
   std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
+  Result<bool> set_hot_hooks(bool on) override { return hooks_.set_hot(on); }
 
  private:
   sched_bpf* skel_ = nullptr;
+  bool hot_at_start_ = true;
   WakeupSource source_;
   // sched_process_exit adds an exiting thread's wake batch to `wakeups`.
   TwinHooks hooks_{
-      "sched", {{"sched_waking", "sched_waking", true}, {"sched_process_exit", "sched_process_exit", true}}};
+      "sched",
+      {{"sched_waking", "sched_waking", true, "", true}, {"sched_process_exit", "sched_process_exit", true}}};
 };
 
 }  // namespace

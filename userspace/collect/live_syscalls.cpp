@@ -71,11 +71,12 @@ class SyscallsModule : public TracerModule {
         "syscalls",
         std::vector<TwinSpec>{
             {"sys_enter", "sys_enter", true,
-             from_entry ? "" : "not needed: calls are tracked from their first sleep (sched_switch)"},
-            {"sys_exit", "sys_exit", true},
+             from_entry ? "" : "not needed: calls are tracked from their first sleep (sched_switch)", true},
+            {"sys_exit", "sys_exit", true, "", true},
             // Without it and with entry tracking, waits are reported
             // without kernel stacks.
-            {"sched_switch", "sched_switch", !from_entry}});
+            {"sched_switch", "sched_switch", !from_entry, "", true}});
+    hot_at_start_ = options.hot_hooks;
     return hooks_->load(
         [&]() -> Result<bpf_object*> {
           skel_ = syscalls_bpf__open();
@@ -103,9 +104,14 @@ class SyscallsModule : public TracerModule {
   }
 
   Result<bool> attach() override {
-    auto attached = hooks_->attach();
+    auto attached = hooks_->attach(hot_at_start_);
     if (attached && skel_->rodata->hist_blocked) g_hist_fd = bpf_map__fd(skel_->maps.blocked_hist);
     return attached;
+  }
+  Result<bool> set_hot_hooks(bool on) override {
+    // Calls left half-tracked by the last detach are stale from now on.
+    if (on && !hooks_->hot_attached()) skel_->bss->hooks_epoch++;
+    return hooks_->set_hot(on);
   }
   std::vector<HookStatus> hooks() const override {
     return hooks_ ? hooks_->hooks() : std::vector<HookStatus>{};
@@ -114,6 +120,7 @@ class SyscallsModule : public TracerModule {
  private:
   syscalls_bpf* skel_ = nullptr;
   std::optional<TwinHooks> hooks_;
+  bool hot_at_start_ = true;
 };
 
 }  // namespace

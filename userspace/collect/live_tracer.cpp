@@ -151,6 +151,7 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
     t->modules_.push_back(std::move(module));
   }
 
+  t->hot_ = options.hot_hooks;
   t->ring_ = ring_buffer__new(
       m.events,
       [](void* ctx, void* data, size_t size) -> int {
@@ -211,6 +212,20 @@ std::vector<HookStatus> LiveTracer::hooks() const {
   }
   out.insert(out.end(), failed_.begin(), failed_.end());
   return out;
+}
+
+Result<bool> LiveTracer::set_hot_hooks(bool on) {
+  if (on == hot_) return true;
+  for (const auto& module : modules_) {
+    auto done = module->set_hot_hooks(on);
+    if (!done) {
+      // All or none: the caller goes on as it was.
+      for (const auto& m : modules_) m->set_hot_hooks(hot_);
+      return done;
+    }
+  }
+  hot_ = on;
+  return true;
 }
 
 void LiveTracer::notice_mapped_file(int pid, const std::string& path) {

@@ -36,6 +36,11 @@ struct LiveOptions {
   // /dev/shm: only failed calls and faults on a nearly full tmpfs are
   // streamed (the daemon), not every segment a DataLoader makes per batch.
   bool shm_trouble_only = false;
+  // false: the hooks that run on every syscall, context switch and wakeup
+  // of the machine (sys_enter/sys_exit, sched_switch, sched_waking) load but
+  // stay detached until set_hot_hooks(true) -- the daemon's sampled steady
+  // state, which costs a traced process nothing per call.
+  bool hot_hooks = true;
   int verbosity = 0;
 };
 
@@ -85,6 +90,8 @@ class TracerModule {
   // /proc/PID/root). Concerns that put uprobes on libraries (libcuda, ...)
   // attach to theirs here, also to libraries loaded after the start.
   virtual void notice_mapped_file(int /*pid*/, const std::string& /*path*/) {}
+  // Attaches (true) or detaches the concern's hot hooks (LiveOptions::hot_hooks).
+  virtual Result<bool> set_hot_hooks(bool /*on*/) { return true; }
   // Adds what the concern keeps in its own maps rather than streaming (a
   // call still in progress) to the observation, when the window closes.
   virtual void contribute(LiveObservation& /*o*/) const {}
@@ -104,6 +111,9 @@ class LiveTracer {
   // sees thousands of workers come and go; a reused pid is not traced.
   void untrace_tgid(int tgid);
   std::vector<HookStatus> hooks() const;
+  // Attaches or detaches every concern's hot hooks (see LiveOptions::hot_hooks).
+  Result<bool> set_hot_hooks(bool on);
+  bool hot_hooks_attached() const { return hot_; }
   // TracerModule::notice_mapped_file / contribute, for every concern.
   void notice_mapped_file(int pid, const std::string& path);
   void contribute(LiveObservation& o) const;
@@ -118,6 +128,7 @@ class LiveTracer {
   struct ring_buffer* ring_ = nullptr;
   std::function<void(const void*, size_t)>* sink_ = nullptr;
   std::vector<HookStatus> failed_;  // concerns that did not load or attach, with why
+  bool hot_ = true;
 };
 
 }  // namespace hangtrace

@@ -12,6 +12,9 @@
 namespace hangtrace {
 namespace {
 
+const std::string kHotStandby =
+    "standby: sampled steady state (attached while a job looks stuck; --steady-state exact keeps it on)";
+
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 // HANGTRACE_LIVE_NO_TP_BTF=1 makes these concerns take their raw_tp twins,
@@ -111,10 +114,11 @@ Result<bool> TwinHooks::load(const std::function<Result<bpf_object*>()>& open,
   return make_error(fmt::format("failed to load BPF {} tracer: {}", concern_, last_error));
 }
 
-Result<bool> TwinHooks::attach() {
+Result<bool> TwinHooks::attach(bool hot) {
   detach();
   hooks_.clear();
-  for (const Hook& h : hooks_spec_) {
+  for (size_t i = 0; i < hooks_spec_.size(); ++i) {
+    const Hook& h = hooks_spec_[i];
     for (bool btf : {true, false}) {
       HookStatus st;
       st.concern = concern_;
@@ -124,29 +128,78 @@ Result<bool> TwinHooks::attach() {
         st.reason = h.why_not_loaded;
       } else if (btf != h.use_btf) {
         st.reason = btf ? h.why_not_btf : "not needed: twin " + h.spec.base + "_btf attached";
-      } else {
-        bpf_link* link = bpf_program__attach(find_program(obj_, st.program));
-        if (!link) {
-          int err = errno;
-          std::string why = errno_text(err);
-          if (err == ENOENT) why += " (no such tracepoint on this kernel)";
-          if (h.spec.required) {
-            return make_error(fmt::format("failed to attach {}: {}", st.program, why));
-          }
-          st.reason = "attach failed: " + why;
-        } else {
-          links_.push_back(link);
-          st.active = true;
-        }
       }
       hooks_.push_back(st);
     }
+    if (h.spec.hot && !hot) {
+      detach_one(i, kHotStandby);
+      continue;
+    }
+    if (auto a = attach_one(i, true); !a) return a;
   }
+  hot_attached_ = hot;
+  return true;
+}
+
+Result<bool> TwinHooks::attach_one(size_t index, bool required_fails) {
+  const Hook& h = hooks_spec_[index];
+  if (!h.loaded) return true;
+  HookStatus& st = hooks_[2 * index + (h.use_btf ? 0 : 1)];
+  bpf_link* link = bpf_program__attach(find_program(obj_, st.program));
+  if (!link) {
+    int err = errno;
+    std::string why = errno_text(err);
+    if (err == ENOENT) why += " (no such tracepoint on this kernel)";
+    if (h.spec.required && required_fails)
+      return make_error(fmt::format("failed to attach {}: {}", st.program, why));
+    st.active = false;
+    st.reason = "attach failed: " + why;
+    return true;
+  }
+  links_.emplace_back(index, link);
+  st.active = true;
+  st.reason.clear();
+  return true;
+}
+
+void TwinHooks::detach_one(size_t index, const std::string& why) {
+  for (auto it = links_.begin(); it != links_.end();) {
+    if (it->first == index) {
+      bpf_link__destroy(it->second);
+      it = links_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const Hook& h = hooks_spec_[index];
+  if (!h.loaded || hooks_.size() < 2 * index + 2) return;
+  HookStatus& st = hooks_[2 * index + (h.use_btf ? 0 : 1)];
+  st.active = false;
+  st.reason = why;
+}
+
+Result<bool> TwinHooks::set_hot(bool on) {
+  if (on == hot_attached_) return true;
+  for (size_t i = 0; i < hooks_spec_.size(); ++i) {
+    if (!hooks_spec_[i].spec.hot) continue;
+    if (on) {
+      // A required hot hook that fails now leaves the concern as it was:
+      // the caller keeps sampling.
+      if (auto a = attach_one(i, true); !a) {
+        for (size_t k = 0; k < i; ++k)
+          if (hooks_spec_[k].spec.hot) detach_one(k, kHotStandby);
+        return a;
+      }
+    } else {
+      detach_one(i, kHotStandby);
+    }
+  }
+  hot_attached_ = on;
   return true;
 }
 
 void TwinHooks::detach() {
-  for (bpf_link* l : links_) bpf_link__destroy(l);
+  for (auto& [index, l] : links_) bpf_link__destroy(l);
   links_.clear();
 }
 

@@ -27,6 +27,9 @@ struct TwinSpec {
   // Not loaded at all in this configuration, listed inactive with this
   // reason (e.g. "not needed: ..."); empty: wanted.
   std::string unwanted_because = {};
+  // It runs on every syscall, context switch or wakeup of the machine: the
+  // daemon's sampled steady state keeps it loaded but detached (set_hot).
+  bool hot = false;
 };
 
 class TwinHooks {
@@ -41,9 +44,13 @@ class TwinHooks {
   // frees it. Called once per try.
   Result<bool> load(const std::function<Result<bpf_object*>()>& open, const std::function<int()>& load,
                     const std::function<void()>& destroy);
-  // Attaches the chosen twin of every loaded hook; a required one that
-  // fails is an error, an optional one is recorded.
-  Result<bool> attach();
+  // Attaches the chosen twin of every loaded hook (the hot ones only with
+  // `hot`); a required one that fails is an error, an optional one is
+  // recorded.
+  Result<bool> attach(bool hot = true);
+  // Attaches or detaches the hot hooks only; the others stay as they are.
+  Result<bool> set_hot(bool on);
+  bool hot_attached() const { return hot_attached_; }
   // Destroys the links (before the skeleton goes).
   void detach();
   std::vector<HookStatus> hooks() const { return hooks_; }
@@ -60,8 +67,11 @@ class TwinHooks {
   std::string concern_;
   std::vector<Hook> hooks_spec_;
   bpf_object* obj_ = nullptr;
-  std::vector<bpf_link*> links_;
-  std::vector<HookStatus> hooks_;
+  std::vector<std::pair<size_t, bpf_link*>> links_;  // (hook index, its link)
+  std::vector<HookStatus> hooks_;                    // two per hook: the _btf and _raw twins
+  bool hot_attached_ = false;
+  Result<bool> attach_one(size_t index, bool required_fails);
+  void detach_one(size_t index, const std::string& why);
 };
 
 // log2 of the page size, for BPF programs that turn page counts into bytes.

@@ -51,6 +51,10 @@ static_assert(offsetof(ht_task_record, user_machine) == 432);
 static_assert(offsetof(ht_task_record, user_nregs) == 434);
 static_assert(offsetof(ht_task_record, user_regs_pad) == 436);
 static_assert(offsetof(ht_task_record, user_regs) == 440);
+static_assert(sizeof(ht_task_brief) == 104);
+static_assert(offsetof(ht_task_brief, off_cpu_ns) == 24);
+static_assert(offsetof(ht_task_brief, syscall_nr) == 48);
+static_assert(offsetof(ht_task_brief, syscall_args) == 56);
 static_assert(HT_USER_REGS_X86_64 <= HT_MAX_USER_REGS && HT_USER_REGS_ARM64 <= HT_MAX_USER_REGS);
 static_assert(std::tuple_size_v<decltype(KernelTaskView::user_regs)> == HT_MAX_USER_REGS);
 
@@ -175,7 +179,12 @@ void keep_task_iterator_loaded(bool keep) {
   }
 }
 
-Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids) {
+namespace {
+
+// One pass of the program `which` picks from the (kept or fresh) object over
+// `tgids`: the bytes it wrote, a whole number of `record_size` records.
+Result<std::string> run_task_iterator(const std::vector<int>& tgids,
+                                      bpf_program* (*which)(task_snapshot_bpf*), size_t record_size) {
   libbpf_set_print(libbpf_print);
   std::lock_guard lock(g_kept_mu);
 
@@ -219,7 +228,7 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
     }
   }
 
-  s.link = bpf_program__attach_iter(skel->progs.ht_task_snapshot, nullptr);
+  s.link = bpf_program__attach_iter(which(skel), nullptr);
   if (!s.link) return load_error("attaching the iterator", errno);
   s.iter_fd = bpf_iter_create(bpf_link__fd(s.link));
   if (s.iter_fd < 0) return load_error("creating the iterator", errno);
@@ -239,11 +248,21 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
     }
     bytes.append(buf, static_cast<size_t>(n));
   }
-  if (bytes.size() % sizeof(ht_task_record) != 0) {
+  if (bytes.size() % record_size != 0) {
     return make_error(
         fmt::format("failed to read BPF task iterator: {} bytes is not a whole number of {}-byte records",
-                    bytes.size(), sizeof(ht_task_record)));
+                    bytes.size(), record_size));
   }
+  return bytes;
+}
+
+}  // namespace
+
+Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids) {
+  auto read = run_task_iterator(
+      tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_snapshot; }, sizeof(ht_task_record));
+  if (!read) return make_error(read.error());
+  const std::string& bytes = *read;
 
   std::vector<KernelTaskSample> out;
   out.reserve(bytes.size() / sizeof(ht_task_record));
@@ -255,6 +274,35 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
                                     rec.abi_version, HT_ABI_VERSION));
     }
     out.push_back(to_sample(rec));
+  }
+  return out;
+}
+
+Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids) {
+  auto read = run_task_iterator(
+      tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_brief; }, sizeof(ht_task_brief));
+  if (!read) return make_error(read.error());
+  const std::string& bytes = *read;
+  std::vector<TaskBrief> out;
+  out.reserve(bytes.size() / sizeof(ht_task_brief));
+  for (size_t off = 0; off < bytes.size(); off += sizeof(ht_task_brief)) {
+    ht_task_brief rec;
+    std::memcpy(&rec, bytes.data() + off, sizeof rec);
+    if (rec.abi_version != HT_ABI_VERSION)
+      return make_error(fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
+                                    rec.abi_version, HT_ABI_VERSION));
+    TaskBrief b;
+    b.tid = static_cast<int>(rec.tid);
+    b.tgid = static_cast<int>(rec.tgid);
+    b.on_cpu = (rec.sample_flags & HT_TASK_ON_CPU) != 0;
+    b.off_cpu_ns = rec.off_cpu_ns;
+    b.sum_exec_ns = rec.sum_exec_ns;
+    b.nvcsw = rec.nvcsw;
+    if (rec.sample_flags & HT_TASK_HAS_USER_REGS) {
+      b.syscall_nr = rec.syscall_nr;
+      std::copy(std::begin(rec.syscall_args), std::end(rec.syscall_args), b.syscall_args);
+    }
+    out.push_back(b);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hangtrace/model.h"
+#include "hangtrace/wait_sampler.h"
 #include "hangtrace/result.h"
 
 namespace hangtrace {
@@ -31,6 +32,10 @@ struct KernelTaskSample {
 // process that captures more than once (--duration, a daemon) pays once.
 // Error messages read "failed to load BPF task iterator: <reason>".
 Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids);
+// The brief pass (bpf ht_task_brief): what the daemon samples each second.
+// Same kept object and errors as sample_kernel_tasks. Kernel threads and
+// exiting tasks are left out.
+Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids);
 // false (the default) also unloads a kept program now.
 void keep_task_iterator_loaded(bool keep);
 

@@ -324,6 +324,8 @@ std::string ProgressWatch::update(const ProgressSample& s) {
     moved = "wakeups from the job";
   else if (s.gpu_launches > last_.gpu_launches)
     moved = "GPU launches";
+  else if (s.main_woken_sampled > last_.main_woken_sampled)
+    moved = "main thread woken";
   else if (!s.python_frames.empty() && !last_.python_frames.empty() && s.python_frames != last_.python_frames)
     moved = "Python frames";
   // A frame that could not be read this time is no evidence: keep the last one.
