@@ -88,7 +88,7 @@
 # Env: HANGTRACE_BIN (./build/hangtrace), PYTHON (/usr/bin/python3), REPS (7),
 #      ITERS (400000 round trips per run: ~1.5 s, past the sampled daemon's
 #      1 s pass), TOOLS (daemon,daemon-exact,offcputime,bpftrace: the configs
-#      besides baseline), BPF_STATS (0), TRACK_SECONDS (30), TRAIN_REPS (5),
+#      besides baseline), BPF_STATS (0), TRACK_SECONDS (30), TRAIN_REPS (7),
 #      TRAIN_STEPS (3000), TRAIN_WORKERS (2),
 #      IDLE_PROCS (4), IDLE_WORKERS (4), IDLE_SECONDS (60), PROFILE (0),
 #      PROFILE_SECONDS (30), SOAK_SECONDS
@@ -158,7 +158,7 @@ SOAK_RECORDER_MINUTES = E("SOAK_RECORDER_MINUTES", "1")
 SOAK_WORKERS = int(E("SOAK_WORKERS", "8"))
 REAL_EPOCH_MIN = float(E("REAL_EPOCH_MIN", "5"))
 SOAK_MAX_SLOPE = float(E("SOAK_MAX_SLOPE_KIB_MIN", "64"))
-TRAIN_REPS = int(E("TRAIN_REPS", "5"))
+TRAIN_REPS = int(E("TRAIN_REPS", "7"))
 TRAIN_STEPS = int(E("TRAIN_STEPS", "3000"))
 # The targets.
 MAX_SLOWDOWN, MAX_CPU_PCT, MAX_RSS_MIB, MIN_SOAK_EQUIV_MIN = 1.02, 1.0, 64.0, 30.0

@@ -36,6 +36,7 @@ class ShmModule : public TracerModule {
   const char* name() const override { return "shm"; }
 
   Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
+    hot_at_start_ = options.hot_hooks;
     return hooks_.load(
         [&]() -> Result<bpf_object*> {
           skel_ = shm_bpf__open();
@@ -54,17 +55,24 @@ class ShmModule : public TracerModule {
         });
   }
 
-  Result<bool> attach() override { return hooks_.attach(); }
+  Result<bool> attach() override { return hooks_.attach(hot_at_start_); }
   std::vector<HookStatus> hooks() const override { return hooks_.hooks(); }
+  Result<bool> set_hot_hooks(bool on) override { return hooks_.set_hot(on); }
 
  private:
   shm_bpf* skel_ = nullptr;
+  bool hot_at_start_ = true;
   // The syscalls (create/truncate/mmap/ENOSPC) run in the syscall
   // dispatcher; faults and SIGBUS need bpf_find_vma (5.17+) and, for
   // faults, an x86 tracepoint.
   TwinHooks hooks_{
       "shm",
-      {{"shm_page_fault", "page_fault_user", false}, {"shm_signal_generate", "signal_generate", false}}};
+      // A fault of a traced process looks its VMA up (bpf_find_vma, ~5 us
+      // when the mm changed since: a PyTorch loop's allocator maps and
+      // unmaps every step), so it is hot: the sampled steady state keeps it
+      // detached and relies on the SIGBUS below.
+      {{"shm_page_fault", "page_fault_user", false, "", true},
+       {"shm_signal_generate", "signal_generate", false}}};
 };
 
 }  // namespace
