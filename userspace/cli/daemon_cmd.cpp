@@ -81,8 +81,9 @@ Subcommand add_daemon_subcommand(CLI::App& parent) {
                   "track processes in a cgroup whose path starts with this (repeatable), e.g. /kubepods");
   app->add_flag("--gpu", o->selectors.gpu, "track processes holding an NVIDIA GPU open (/dev/nvidiaN)");
   app->add_option("--hang-after", o->hang_after_s,
-                  "a job is hung after this many seconds without progress (wakeups from its workers, GPU "
-                  "launches, or its main thread's Python frames changing); default 180")
+                  "a job is hung after this many seconds without progress (wakeups from its workers, its "
+                  "main thread woken from a wait without a timeout, GPU launches, or its main thread's "
+                  "Python frames changing); default 180")
       ->check(CLI::Range(1.0, 1e7));
   app->add_option("--check-every", o->check_every_s,
                   "seconds between progress samples (default: hang-after/12)")

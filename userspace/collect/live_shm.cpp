@@ -65,14 +65,13 @@ class ShmModule : public TracerModule {
   // The syscalls (create/truncate/mmap/ENOSPC) run in the syscall
   // dispatcher; faults and SIGBUS need bpf_find_vma (5.17+) and, for
   // faults, an x86 tracepoint.
-  TwinHooks hooks_{
-      "shm",
-      // A fault of a traced process looks its VMA up (bpf_find_vma, ~5 us
-      // when the mm changed since: a PyTorch loop's allocator maps and
-      // unmaps every step), so it is hot: the sampled steady state keeps it
-      // detached and relies on the SIGBUS below.
-      {{"shm_page_fault", "page_fault_user", false, "", true},
-       {"shm_signal_generate", "signal_generate", false}}};
+  TwinHooks hooks_{"shm",
+                   // A fault of a traced process looks its VMA up (bpf_find_vma, ~5 us
+                   // when the mm changed since: a PyTorch loop's allocator maps and
+                   // unmaps every step), so it is hot: the sampled steady state keeps it
+                   // detached and relies on the SIGBUS below.
+                   {{"shm_page_fault", "page_fault_user", false, "", true},
+                    {"shm_signal_generate", "signal_generate", false}}};
 };
 
 }  // namespace
