@@ -560,6 +560,13 @@ void Daemon::sample_waits(uint64_t now) {
   std::vector<int> tgids;
   tgids.reserve(job_of_.size());
   for (const auto& [pid, root] : job_of_) tgids.push_back(pid);
+  if (tgids.empty()) {
+    // Nothing tracked: no pass over the machine's tasks, only the end of
+    // the last job's waits.
+    if (sampler_->threads())
+      for (const auto& w : sampler_->update(now, {}).ended) record_sampled_wait(w);
+    return;
+  }
   const uint64_t started = now_ns();
   auto briefs = sample_task_briefs(tgids);
   if (!briefs) {
