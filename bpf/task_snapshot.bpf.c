@@ -73,6 +73,32 @@ static __always_inline void fill_unwind_regs(struct pt_regs* regs, struct ht_tas
 #endif
 }
 
+/* The six syscall arguments from the saved registers. */
+static __always_inline void read_syscall_args(struct pt_regs* regs, __u64* args) {
+  args[0] = HT_SYSCALL_ARG1_CORE(regs);
+  args[1] = PT_REGS_PARM2_CORE(regs);
+  args[2] = PT_REGS_PARM3_CORE(regs);
+  args[3] = HT_SYSCALL_ARG4_CORE(regs);
+  args[4] = HT_SYSCALL_ARG5_CORE(regs);
+  args[5] = HT_SYSCALL_ARG6_CORE(regs);
+}
+
+/*
+ * Whether t waits for nothing but a CPU (on one, or runnable and queued:
+ * its last_arrival then says nothing about a wait); else how long it has
+ * been off CPU, with "now" from the reading task's own bookkeeping (same rq
+ * clock, at most one tick stale) rather than bpf_ktime_get_ns(), which is a
+ * different clock; exec_start is clock_task (steal-skewed).
+ */
+static __always_inline bool task_running(struct task_struct* t, __u32 state, __u64* off_cpu_ns) {
+  if (ht_task_on_cpu(t) || (state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0)) return true;
+  struct task_struct* cur = bpf_get_current_task_btf();
+  __u64 since = ht_task_sched_clock(t);
+  __u64 now = ht_task_sched_clock(cur);
+  if (since && now > since) *off_cpu_ns = now - since;
+  return false;
+}
+
 static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task_record* rec) {
   /* A kthread's pt_regs slot holds nothing it ever executed in user mode. */
   if (rec->task_flags & PF_KTHREAD) return;
@@ -92,12 +118,7 @@ static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task
   rec->user_sp = PT_REGS_SP_CORE(regs);
   rec->user_bp = PT_REGS_FP_CORE(regs);
   fill_unwind_regs(regs, rec);
-  rec->syscall_args[0] = HT_SYSCALL_ARG1_CORE(regs);
-  rec->syscall_args[1] = PT_REGS_PARM2_CORE(regs);
-  rec->syscall_args[2] = PT_REGS_PARM3_CORE(regs);
-  rec->syscall_args[3] = HT_SYSCALL_ARG4_CORE(regs);
-  rec->syscall_args[4] = HT_SYSCALL_ARG5_CORE(regs);
-  rec->syscall_args[5] = HT_SYSCALL_ARG6_CORE(regs);
+  read_syscall_args(regs, rec->syscall_args);
   rec->sample_flags |= HT_TASK_HAS_USER_REGS;
 }
 
@@ -135,24 +156,7 @@ int ht_task_snapshot(struct bpf_iter__task* ctx) {
   if (rec->task_flags & PF_KTHREAD) rec->sample_flags |= HT_TASK_KTHREAD;
   if (rec->task_flags & PF_EXITING) rec->sample_flags |= HT_TASK_EXITING;
 
-  /*
-   * Runnable-and-queued counts as running: such a task is not waiting for
-   * anything but a CPU, and its last_arrival says nothing about a wait.
-   */
-  bool running = ht_task_on_cpu(t) || (rec->state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0);
-  if (running) {
-    rec->sample_flags |= HT_TASK_ON_CPU;
-  } else {
-    /*
-     * "now" from the reading task's own bookkeeping (same rq clock, at
-     * most one tick stale) rather than bpf_ktime_get_ns(), which is a
-     * different clock; exec_start is clock_task (steal-skewed).
-     */
-    struct task_struct* cur = bpf_get_current_task_btf();
-    __u64 since = ht_task_sched_clock(t);
-    __u64 now = ht_task_sched_clock(cur);
-    if (since && now > since) rec->off_cpu_ns = now - since;
-  }
+  if (task_running(t, rec->state, &rec->off_cpu_ns)) rec->sample_flags |= HT_TASK_ON_CPU;
 
   long n = bpf_get_task_stack(t, rec->kstack, sizeof(rec->kstack), 0);
   rec->kstack_frames = n < 0 ? (__s32)n : (__s32)(n / sizeof(__u64));
@@ -195,24 +199,15 @@ int ht_task_brief(struct bpf_iter__task* ctx) {
   rec->nvcsw = BPF_CORE_READ(t, nvcsw);
   rec->sum_exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
   rec->syscall_nr = -1;
-  bool running = ht_task_on_cpu(t) || (rec->state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0);
-  if (running) {
+  if (task_running(t, rec->state, &rec->off_cpu_ns)) {
     rec->sample_flags |= HT_TASK_ON_CPU;
   } else {
-    struct task_struct* cur = bpf_get_current_task_btf();
-    __u64 since = ht_task_sched_clock(t);
-    __u64 now = ht_task_sched_clock(cur);
-    if (since && now > since) rec->off_cpu_ns = now - since;
     struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
     __s64 nr;
+    /* As in fill_user_regs: trust the registers only if one read worked. */
     if (regs && HT_SYSCALL_NR_CORE_INTO(&nr, regs) == 0) {
       rec->syscall_nr = nr;
-      rec->syscall_args[0] = HT_SYSCALL_ARG1_CORE(regs);
-      rec->syscall_args[1] = PT_REGS_PARM2_CORE(regs);
-      rec->syscall_args[2] = PT_REGS_PARM3_CORE(regs);
-      rec->syscall_args[3] = HT_SYSCALL_ARG4_CORE(regs);
-      rec->syscall_args[4] = HT_SYSCALL_ARG5_CORE(regs);
-      rec->syscall_args[5] = HT_SYSCALL_ARG6_CORE(regs);
+      read_syscall_args(regs, rec->syscall_args);
       rec->sample_flags |= HT_TASK_HAS_USER_REGS;
     }
   }
