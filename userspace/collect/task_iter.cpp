@@ -256,41 +256,36 @@ Result<std::string> run_task_iterator(const std::vector<int>& tgids,
   return bytes;
 }
 
+// The iterator's bytes as records of one ABI version, each converted.
+template <typename Record, typename Out, typename Convert>
+Result<std::vector<Out>> decode_records(const std::string& bytes, Convert convert) {
+  std::vector<Out> out;
+  out.reserve(bytes.size() / sizeof(Record));
+  for (size_t off = 0; off < bytes.size(); off += sizeof(Record)) {
+    Record rec;
+    std::memcpy(&rec, bytes.data() + off, sizeof rec);
+    if (rec.abi_version != HT_ABI_VERSION)
+      return make_error(fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
+                                    rec.abi_version, HT_ABI_VERSION));
+    out.push_back(convert(rec));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids) {
   auto read = run_task_iterator(
       tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_snapshot; }, sizeof(ht_task_record));
   if (!read) return make_error(read.error());
-  const std::string& bytes = *read;
-
-  std::vector<KernelTaskSample> out;
-  out.reserve(bytes.size() / sizeof(ht_task_record));
-  for (size_t off = 0; off < bytes.size(); off += sizeof(ht_task_record)) {
-    ht_task_record rec;
-    std::memcpy(&rec, bytes.data() + off, sizeof rec);
-    if (rec.abi_version != HT_ABI_VERSION) {
-      return make_error(fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
-                                    rec.abi_version, HT_ABI_VERSION));
-    }
-    out.push_back(to_sample(rec));
-  }
-  return out;
+  return decode_records<ht_task_record, KernelTaskSample>(*read, to_sample);
 }
 
 Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids) {
   auto read = run_task_iterator(
       tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_brief; }, sizeof(ht_task_brief));
   if (!read) return make_error(read.error());
-  const std::string& bytes = *read;
-  std::vector<TaskBrief> out;
-  out.reserve(bytes.size() / sizeof(ht_task_brief));
-  for (size_t off = 0; off < bytes.size(); off += sizeof(ht_task_brief)) {
-    ht_task_brief rec;
-    std::memcpy(&rec, bytes.data() + off, sizeof rec);
-    if (rec.abi_version != HT_ABI_VERSION)
-      return make_error(fmt::format("failed to read BPF task iterator: record ABI version {} (expected {})",
-                                    rec.abi_version, HT_ABI_VERSION));
+  return decode_records<ht_task_brief, TaskBrief>(*read, [](const ht_task_brief& rec) {
     TaskBrief b;
     b.tid = static_cast<int>(rec.tid);
     b.tgid = static_cast<int>(rec.tgid);
@@ -302,9 +297,8 @@ Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids)
       b.syscall_nr = rec.syscall_nr;
       std::copy(std::begin(rec.syscall_args), std::end(rec.syscall_args), b.syscall_args);
     }
-    out.push_back(b);
-  }
-  return out;
+    return b;
+  });
 }
 
 }  // namespace hangtrace
