@@ -36,6 +36,19 @@ def dead_workers(error):
     return [int(p) for p in m.group(1).replace(",", " ").split()] if m else []
 
 
+def loader_error(job, timeout):
+    """The job's LOADER-ERROR line; or "ended before LOADER-ERROR: ..." for
+    another of PyTorch's ways to meet the full tmpfs, where the main process
+    dies while reporting the bus error ("lost sys.stderr") before the loader
+    raises (no worker is named: until_a_worker_dies starts it again)."""
+    try:
+        return job.wait_for_line("LOADER-ERROR", timeout=timeout)
+    except AssertionError as e:
+        if job.workload.alive():
+            raise
+        return "ended before LOADER-ERROR: %s" % str(e).splitlines()[0]
+
+
 def small_shm(*argv):
     """argv run in a private mount namespace with a 64 MiB tmpfs on /dev/shm
     (unshare execs sh, which execs argv: one pid all the way)."""
@@ -63,15 +76,9 @@ class LiveShmSigbus(ScenarioTestCase):
     def test_worker_sigbus_is_traced_to_the_full_dev_shm(self):
         def run():
             job = self.launch(small_shm(PYTHON, "-u", workload("dataloader_shm_full.py"), "--exit"))
-            try:
-                error = job.wait_for_line("LOADER-ERROR", timeout=180)
-            except AssertionError as e:
-                # Another of PyTorch's ways to meet the full tmpfs: the main
-                # process dies while reporting the bus error ("lost
-                # sys.stderr") before the loader raises. Started again.
-                if job.workload.alive():
-                    raise
-                return job, "ended before LOADER-ERROR: %s" % str(e).splitlines()[0], None, None
+            error = loader_error(job, timeout=180)
+            if error.startswith("ended"):
+                return job, error, None, None
             marker = parse_marker(job.wait_for_line("READY", timeout=60))
             job.workload.also_kill += [marker["main"][0]] + marker["workers"]
             return job, error, marker, None
@@ -116,15 +123,9 @@ class LiveShmSigbus(ScenarioTestCase):
             report = self.launched_report(job, timeout=HANG_AFTER_S + 180)
             self.assertIsInstance(report.json.get("target_pid"), int, report.dump())
             job.workload.also_kill.append(report.json["target_pid"])
-            try:
-                error = job.wait_for_line("LOADER-ERROR", timeout=60)
-            except AssertionError as e:
-                # The main process died reporting the bus error ("lost
-                # sys.stderr"), as in the test above: hangtrace reported the
-                # job's end, not a hang. Started again.
-                if job.workload.alive():
-                    raise
-                return job, "ended before LOADER-ERROR: %s" % str(e).splitlines()[0], None, report
+            error = loader_error(job, timeout=60)
+            if error.startswith("ended"):     # hangtrace reported the job's end, not a hang
+                return job, error, None, report
             marker = parse_marker(job.wait_for_line("READY", timeout=60))
             job.workload.also_kill += marker["workers"]
             return job, error, marker, report
