@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hangtrace/result.h"
+#include "hangtrace/text.h"  // format_bytes
 
 namespace hangtrace::doctor {
 
@@ -92,8 +93,6 @@ std::optional<std::string> environ_value(std::string_view environ_bytes, std::st
 std::optional<std::pair<int, int>> parse_kernel_release(std::string_view release);
 // "__version__ = '1.13.1'" lines -> "1.13.1".
 std::optional<std::string> parse_torch_version_py(std::string_view text);
-// "64 MiB", "1.5 GiB", "512 KiB", "17 B".
-std::string format_bytes(uint64_t bytes);
 
 // ---- output -----------------------------------------------------------------
 // {"schema": "hangtrace.doctor/1", "pid", "checks": [...], "summary": {...}}

@@ -67,7 +67,6 @@ struct TraceEvent {
 
 const char* event_type_name(uint32_t type);
 const char* shm_op_name(uint32_t op);
-const char* tcp_state_name(int state);
 
 // Validates size and type; an unknown type is an error the caller may skip.
 Result<TraceEvent> decode_event(const void* data, size_t size);

@@ -93,9 +93,6 @@ struct MergedReport {
 
 MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles);
 
-// "12:00:03" (UTC) for a unix time.
-std::string merge_clock_text(double unix_time);
-
 nlohmann::json merged_report_to_json(const MergedReport& report);
 std::string render_merged_text(const MergedReport& report);
 

@@ -17,6 +17,7 @@
 
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
+#include "hangtrace/text.h"  // tcp_state_name
 
 namespace hangtrace::procfs {
 
@@ -98,8 +99,6 @@ struct InetSocketEntry {
 };
 // `family` is "tcp", "tcp6", "udp" or "udp6" and picks the address width.
 Result<std::vector<InetSocketEntry>> parse_inet_sockets(std::string_view text, const std::string& family);
-// "ESTABLISHED", "LISTEN", ... (UDP reuses the TCP numbers: 07 is "CLOSE").
-std::string tcp_state_name(int state_code);
 // 127.0.0.0/8, ::1, ::ffff:127.x.x.x.
 bool is_loopback_address(const std::string& ip);
 // "::ffff:10.0.0.1" -> "10.0.0.1"; anything else unchanged.

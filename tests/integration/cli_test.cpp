@@ -1,5 +1,6 @@
 // Bad input gets one clear line and a non-zero exit; outputs are whole or absent.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -154,6 +155,36 @@ TEST(Cli, ExportsAreWrittenWholeOrNotAtAll) {
   auto ls = run_command({"ls", "-A", dir});
   EXPECT_EQ(ls.out.find(".tmp."), std::string::npos) << ls.out;
   std::system(("rm -rf " + dir).c_str());
+}
+
+// As root, hangtrace writes where it is told without replacing what is not a
+// regular file (`--json /dev/null` once replaced the host's /dev/null) and
+// without following a link another user planted.
+TEST(Cli, OutputsNeverReplaceDevicesOrFollowForeignLinks) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mknod and lchown";
+  ScratchDir dir;
+  std::string snap = dir.path("snap.json");
+  std::ofstream(snap) << R"({"schema": "hangtrace.snapshot/1", "target_pid": 4242, "processes": [)"
+                      << R"({"pid": 4242, "comm": "train", "role": "target", "state": "S", "threads": [)"
+                      << R"({"tid": 4242, "comm": "train", "state": "S"}]}]})";
+  std::string null_copy = dir.path("null");
+  ASSERT_EQ(mknod(null_copy.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  auto r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", null_copy, "--trace", null_copy});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  struct stat st {};
+  ASSERT_EQ(lstat(null_copy.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device was replaced";
+
+  std::string victim = dir.path("victim");
+  std::ofstream(victim) << "precious";
+  std::string planted = dir.path("report.json");
+  ASSERT_EQ(symlink(victim.c_str(), planted.c_str()), 0);
+  ASSERT_EQ(lchown(planted.c_str(), 65534, 65534), 0);
+  r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", planted});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("not followed"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text_file(victim), "precious");
 }
 
 }  // namespace

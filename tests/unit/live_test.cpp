@@ -9,6 +9,7 @@
 #include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
 #include "hangtrace/live.h"
+#include "hangtrace/text.h"
 #include "hangtrace/report.h"
 
 namespace hangtrace {
@@ -67,7 +68,7 @@ TEST(LiveDecode, EveryRecordTypeRoundTrips) {
   e = decoded(tcp);
   EXPECT_EQ(e.local, "127.0.0.1:40000");
   EXPECT_EQ(e.remote, "127.0.0.1:5000");
-  EXPECT_STREQ(tcp_state_name(e.new_state), "ESTABLISHED");
+  EXPECT_EQ(tcp_state_name(e.new_state), "ESTABLISHED");
 
   auto shm = record<ht_shm_event>(HT_EV_SHM, 10, 10, 8, "w");
   shm.op = HT_SHM_ENOSPC;

@@ -2,6 +2,7 @@
 // hosts, with the frames a real torch 1.13 rank shows.
 #include "frames.h"
 #include "hangtrace/merge.h"
+#include "hangtrace/text.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -308,7 +309,7 @@ TEST(Merge, NoCollectiveNoHang) {
   EXPECT_NE(m.verdict.find("no bundle from rank 1 (of 2)"), std::string::npos) << m.verdict;
 }
 
-TEST(Merge, ClockTextIsUtc) { EXPECT_EQ(merge_clock_text(kSampled), "22:13:20"); }
+TEST(Merge, ClockTextIsUtc) { EXPECT_EQ(format_utc_clock(kSampled), "22:13:20"); }
 
 }  // namespace
 }  // namespace hangtrace

@@ -29,6 +29,7 @@
 #include "hangtrace/analysis.h"
 #include "hangtrace/bundle.h"
 #include "hangtrace/exports.h"
+#include "hangtrace/output_file.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
 #include "hangtrace/gpu.h"
@@ -46,42 +47,17 @@ int fail(const std::string& message) {
   return 1;
 }
 
-// Writes `content` to `path` atomically: a reader sees the old file or the
-// whole new one, never half of it. "-" means stdout.
+// Writes `content` to `path` (hangtrace/output_file.h: atomic for regular
+// files, in place for devices and FIFOs, no link another user planted
+// followed). "-" means stdout.
 bool write_output(const std::string& path, const std::string& content, std::string* error) {
   if (path == "-") {
     std::fwrite(content.data(), 1, content.size(), stdout);
     std::fflush(stdout);
     return true;
   }
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-    return false;
-  }
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-      close(fd);
-      unlink(tmp.c_str());
-      return false;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 && errno != EINVAL) {
-    *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-    close(fd);
-    unlink(tmp.c_str());
-    return false;
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = fmt::format("failed to write {}: {}", path, std::strerror(errno));
-    unlink(tmp.c_str());
+  if (auto r = write_file_atomically(path, content); !r) {
+    *error = r.error();
     return false;
   }
   return true;
@@ -436,9 +412,9 @@ int run_demo(Options opt) {
     return fail(fmt::format("failed to create a temp dir: {}", std::strerror(errno)));
   std::string dir = dir_template;
   std::string script = dir + "/train.py";
-  {
-    std::ofstream out(script);
-    out << embedded::kDemoJob;
+  if (auto w = write_new_file(script, embedded::kDemoJob); !w) {
+    rmdir(dir.c_str());
+    return fail(w.error());
   }
   int out_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) return fail("failed to create a pipe");

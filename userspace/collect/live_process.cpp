@@ -14,11 +14,11 @@
 
 #include "live_modules.h"
 #include "process.skel.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 // What vmlinux BTF says this kernel offers, read once per load.
 struct KernelBtf {

@@ -18,6 +18,7 @@
 #include "live_modules.h"
 #include "live_twin_hooks.h"
 #include "sched.skel.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace {
 
@@ -30,7 +31,6 @@ static_assert(sizeof(ht_wakeup_count) == 48);
 
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 // The sched modules loaded in this process: their `wakeups` map, and the
 // iterator that adds the wake batches still pending in task storage to it.

@@ -1,4 +1,5 @@
 #include "live_twin_hooks.h"
+#include "hangtrace/text.h"
 
 #include <unistd.h>
 
@@ -15,7 +16,6 @@ namespace {
 const std::string kHotStandby =
     "standby: sampled steady state (attached while a job looks stuck; --steady-state exact keeps it on)";
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 // HANGTRACE_LIVE_NO_TP_BTF=1 makes these concerns take their raw_tp twins,
 // as on a kernel without tp_btf; the tests run both paths with it.

@@ -1,6 +1,5 @@
 #include "native_stacks.h"
 
-#include <cxxabi.h>
 #include <elf.h>
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "hangtrace/result.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace {
 
@@ -176,21 +176,6 @@ std::string dwfl_error() {
 }
 
 int sp_regno(uint16_t machine) { return machine == EM_AARCH64 ? 31 : 7; }
-
-std::string demangle(const char* name) {
-  std::string out = name;
-  // Dynamic symbols carry their version ("__libc_start_main@@GLIBC_2.34"):
-  // noise to a reader, and it breaks matching by name.
-  if (auto at = out.find('@'); at != std::string::npos && at > 0) out.resize(at);
-  if (out.size() > 2 && out[0] == '_' && out[1] == 'Z') {
-    int status = 0;
-    char* d = abi::__cxa_demangle(out.c_str(), nullptr, nullptr, &status);
-    if (status == 0 && d) out = d;
-    std::free(d);
-  }
-  if (out.size() > kMaxFunctionChars) out = out.substr(0, kMaxFunctionChars - 3) + "...";
-  return out;
-}
 
 std::string hex(const unsigned char* bits, int len) {
   static const char digits[] = "0123456789abcdef";
@@ -563,7 +548,7 @@ std::string NativeStackCache::Impl::symbolize(Session& s, Dwfl_Module* mod, cons
     GElf_Sym sym;
     name = dwfl_module_addrinfo(mod, lookup, &offset, &sym, nullptr, nullptr, nullptr);
   }
-  std::string function = name && *name ? demangle(name) : std::string();
+  std::string function = name && *name ? demangle(name, kMaxFunctionChars) : std::string();
   if (key) {
     if (symbols.size() >= kMaxSymbolCache) symbols.clear();
     symbols.emplace(std::move(*key), function);
@@ -690,7 +675,7 @@ void NativeStackCache::symbolize_file_frames(std::vector<UserFrame>& frames) {
       idx = impl_->indexes.emplace(m.build_id, SymbolIndex::build_from_file(f.file, m.build_id)).first;
     }
     const SymbolIndex::Entry* e = idx->second->find(lookup);
-    std::string function = e ? demangle(idx->second->names.data() + e->name) : std::string();
+    std::string function = e ? demangle(idx->second->names.data() + e->name, kMaxFunctionChars) : std::string();
     if (impl_->symbols.size() >= kMaxSymbolCache) impl_->symbols.clear();
     impl_->symbols.emplace(std::move(key), function);
     f.function = std::move(function);

@@ -16,8 +16,10 @@
 #include <sstream>
 
 #include "hangtrace/exports.h"
+#include "hangtrace/output_file.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace {
 
@@ -32,47 +34,6 @@ std::string dump(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
-Result<bool> write_file_synced(const std::string& path, const std::string& content) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return make_error(fmt::format("failed to write {}: {}", path, errno_text()));
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = write(fd, content.data() + off, content.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      std::string why = errno_text();
-      close(fd);
-      return make_error(fmt::format("failed to write {}: {}", path, why));
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 && errno != EINVAL) {
-    std::string why = errno_text();
-    close(fd);
-    return make_error(fmt::format("failed to write {}: {}", path, why));
-  }
-  close(fd);
-  return true;
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  fsync(fd);
-  close(fd);
-}
-
-std::string utc_stamp(double unix_time) {
-  time_t t = static_cast<time_t>(unix_time);
-  tm tmv{};
-  gmtime_r(&t, &tmv);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tmv);
-  return buf;
-}
-
 // Host names and triggers go into a path: anything but [A-Za-z0-9._-] becomes '_'.
 std::string path_safe(const std::string& s) {
   std::string out;
@@ -83,7 +44,7 @@ std::string path_safe(const std::string& s) {
 Result<json> read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in)
-    return make_error(fmt::format("{}: {}", std::filesystem::path(path).filename().string(), errno_text()));
+    return make_error(fmt::format("{}: {}", std::filesystem::path(path).filename().string(), errno_text(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
   json j = json::parse(ss.str(), nullptr, false);
@@ -210,7 +171,7 @@ BundleContent render_bundle(const Snapshot& snap, const Diagnosis& d, const Live
 
 std::string bundle_dir_name(const BundleMeta& meta) {
   double when = meta.incident_unix > 0 ? meta.incident_unix : meta.created_unix;
-  return fmt::format("{}-{}-{}-{}", utc_stamp(when), path_safe(meta.hostname), meta.job_pid,
+  return fmt::format("{}-{}-{}-{}", format_utc_stamp(when), path_safe(meta.hostname), meta.job_pid,
                      path_safe(meta.trigger));
 }
 
@@ -223,7 +184,7 @@ Result<std::string> write_bundle(const std::string& parent, const std::string& n
   std::vector<char> buf(tmp_template.begin(), tmp_template.end());
   buf.push_back('\0');
   if (!mkdtemp(buf.data()))
-    return make_error(fmt::format("failed to create a directory in {}: {}", parent, errno_text()));
+    return make_error(fmt::format("failed to create a directory in {}: {}", parent, errno_text(errno)));
   std::string tmp = buf.data();
   chmod(tmp.c_str(), 0755);
   auto abandon = [&](const std::string& why) -> Result<std::string> {
@@ -236,16 +197,16 @@ Result<std::string> write_bundle(const std::string& parent, const std::string& n
     auto it = content.files.find(file);
     if (it == content.files.end())
       return abandon(fmt::format("failed to write a bundle: {} is missing", file));
-    if (auto r = write_file_synced(tmp + "/" + file, it->second); !r) return abandon(r.error());
+    if (auto r = write_new_file(tmp + "/" + file, it->second); !r) return abandon(r.error());
   }
-  fsync_dir(tmp);
+  fsync_directory(tmp);
   // A name already taken (two incidents in one second) gets a counter.
   std::string final_path = fmt::format("{}/{}", parent, name);
   for (int i = 2; std::filesystem::exists(final_path, ec); ++i)
     final_path = fmt::format("{}/{}.{}", parent, name, i);
   if (rename(tmp.c_str(), final_path.c_str()) != 0)
-    return abandon(fmt::format("failed to move the bundle into {}: {}", final_path, errno_text()));
-  fsync_dir(parent);
+    return abandon(fmt::format("failed to move the bundle into {}: {}", final_path, errno_text(errno)));
+  fsync_directory(parent);
   return final_path;
 }
 

@@ -1,5 +1,7 @@
 #include "hangtrace/daemon.h"
 
+#include "hangtrace/text.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -816,17 +816,6 @@ std::optional<std::string> parse_torch_version_py(std::string_view text) {
   return std::string(text.substr(q + 1, q2 - q - 1));
 }
 
-std::string format_bytes(uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = static_cast<double>(b);
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  if (u == 0) return fmt::format("{} B", b);
-  if (v == static_cast<double>(static_cast<uint64_t>(v)))
-    return fmt::format("{} {}", static_cast<uint64_t>(v), units[u]);
-  return fmt::format("{:.1f} {}", v, units[u]);
-}
-
 Result<DoctorReport> run_doctor(const DoctorInputs& in) {
   std::optional<Target> target;
   if (in.pid != 0) {

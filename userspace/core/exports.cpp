@@ -1,9 +1,10 @@
 #include "hangtrace/exports.h"
+
+#include "hangtrace/text.h"
 #include "hangtrace/stacks.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/gpu.h"
 
-#include <cxxabi.h>
 
 #include <cstdlib>
 #include <string_view>
@@ -163,101 +164,6 @@ template <typename Map, typename Key>
 const auto* live_stack(const Map& stacks, const Key& key) {
   auto it = stacks.find(key);
   return it == stacks.end() ? nullptr : &it->second;
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case 1:
-      return "SIGHUP";
-    case 2:
-      return "SIGINT";
-    case 3:
-      return "SIGQUIT";
-    case 6:
-      return "SIGABRT";
-    case 7:
-      return "SIGBUS";
-    case 8:
-      return "SIGFPE";
-    case 9:
-      return "SIGKILL";
-    case 11:
-      return "SIGSEGV";
-    case 13:
-      return "SIGPIPE";
-    case 15:
-      return "SIGTERM";
-    default:
-      return nullptr;
-  }
-}
-
-// Length of the valid UTF-8 sequence at s[i], 0 when it is not one.
-size_t utf8_sequence(const std::string& s, size_t i) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  return n;
-}
-
-// Text for XML: escaped, control characters and invalid UTF-8 (a comm is raw
-// bytes) replaced, so one odd name cannot make the whole SVG unreadable.
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    size_t n = utf8_sequence(s, i);
-    if (n == 0) {
-      out += '?';
-      ++i;
-      continue;
-    }
-    if (n > 1) {
-      out.append(s, i, n);
-      i += n;
-      continue;
-    }
-    char c = s[i++];
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-    }
-  }
-  return out;
-}
-
-// UTF-8 safe prefix of at most `n` code points.
-std::string utf8_prefix(const std::string& s, size_t n) {
-  size_t i = 0, count = 0;
-  while (i < s.size() && count < n) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    i += c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    ++count;
-  }
-  return s.substr(0, std::min(i, s.size()));
-}
-
-size_t utf8_length(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
 }
 
 uint32_t fnv1a(const std::string& s) {
@@ -725,14 +631,6 @@ json render_speedscope(const FoldedProfile& profile, const std::string& name) {
 // thread) to the kernel or copy it started, as Kineto draws them (category
 // "ac2g", id = CUPTI correlation id); host CUDA/NCCL calls seen by the uprobes
 // on their threads; NVML utilization and power as counters on the device.
-std::string demangled(const std::string& name) {
-  int status = 0;
-  char* out = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string s = status == 0 && out ? out : name;
-  std::free(out);
-  return s;
-}
-
 template <typename Track, typename TrackOf, typename AddSlice>
 void add_gpu_tracks(const LiveObservation& live, const Identities& ids, json& events, Track& track,
                     TrackOf& track_of, AddSlice& add_slice) {
@@ -766,7 +664,7 @@ void add_gpu_tracks(const LiveObservation& live, const Identities& ids, json& ev
     std::string name = a.name;
     const char* cat = "kernel";
     if (a.kind == HT_GPU_ACT_KERNEL) {
-      name = demangled(a.name);
+      name = demangle(a.name);
       args["grid"] = {a.grid[0], a.grid[1], a.grid[2]};
       args["block"] = {a.block[0], a.block[1], a.block[2]};
       if (name != a.name) args["mangled"] = a.name;

@@ -1,6 +1,7 @@
 // gpu-starved and gpu-wait: the GPU's side of the story, paired with what the
 // host threads that feed it are blocked on.
 #include "gpu_rules.h"
+#include "hangtrace/text.h"
 
 #include <fmt/format.h>
 
@@ -19,18 +20,6 @@ namespace {
 uint64_t observed_until_ns(const RuleContext& ctx) {
   if (ctx.live && ctx.live->end_ns) return ctx.live->end_ns;
   return ctx.snap.sampled_at_monotonic_ns;
-}
-
-std::string seconds(double s) {
-  if (s >= 120) return fmt::format("{:.0f} s", s);
-  if (s >= 1) return fmt::format("{:.1f} s", s);
-  return fmt::format("{:.0f} ms", s * 1000);
-}
-
-std::string ns_text(uint64_t ns) {
-  if (ns >= 1'000'000'000ull) return seconds(ns / 1e9);
-  if (ns >= 1'000'000ull) return fmt::format("{:.1f} ms", ns / 1e6);
-  return fmt::format("{:.1f} µs", ns / 1e3);
 }
 
 // Native frames of a CUDA call that waits for the device (driver or runtime API).
@@ -105,7 +94,7 @@ IdleReading gpu_idle(const RuleContext& ctx) {
       r.evidence.push_back(
           fmt::format("NVML: GPU {}{} utilization at most {}% in {} samples over the last {}{}", dev,
                       name.empty() ? "" : " (" + name + ")", mc.first, mc.second,
-                      seconds((end - recent_from) / 1e9), power_and_memory(s)));
+                      format_short_duration((end - recent_from) / 1e9), power_and_memory(s)));
     }
   }
   // CUPTI: when the device last did anything.
@@ -129,10 +118,10 @@ IdleReading gpu_idle(const RuleContext& ctx) {
         r.evidence.push_back(
             fmt::format("CUPTI: the last kernel or copy on the GPU ended {} before the end of "
                         "the observation ({} kernels and copies recorded)",
-                        ns_text(end - std::min(end, last_gpu_end)), gpu_records));
+                        format_ns(end - std::min(end, last_gpu_end)), gpu_records));
       else
         r.evidence.push_back(
-            fmt::format("CUPTI: no kernel or copy ran on the GPU during the {} window", seconds(window_s)));
+            fmt::format("CUPTI: no kernel or copy ran on the GPU during the {} window", format_short_duration(window_s)));
     }
   }
   // Uprobes: launches during the window.
@@ -154,10 +143,10 @@ IdleReading gpu_idle(const RuleContext& ctx) {
       r.evidence.push_back(
           fmt::format("uprobes: the last kernel launch was {} before the end of the observation, "
                       "by {}",
-                      ns_text(end - std::min(end, last_launch)), ctx.thread_label(by)));
+                      format_ns(end - std::min(end, last_launch)), ctx.thread_label(by)));
     else
       r.evidence.push_back(
-          fmt::format("uprobes on libcuda: no kernel launched during the {} window", seconds(window_s)));
+          fmt::format("uprobes on libcuda: no kernel launched during the {} window", format_short_duration(window_s)));
   }
   return r;
 }
@@ -278,7 +267,7 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
     f.chain.push_back({who, "waits in", w.call});
     f.chain.push_back({w.call, "waits for", "work on the GPU"});
     f.evidence.push_back(
-        fmt::format("{} has been in {} for {} (seen by {})", who, w.call, seconds(w.waited_s), w.source));
+        fmt::format("{} has been in {} for {} (seen by {})", who, w.call, format_short_duration(w.waited_s), w.source));
     nlohmann::json details = {
         {"pid", w.pid}, {"tid", w.tid}, {"call", w.call}, {"source", w.source}, {"waited_s", w.waited_s}};
     // What the device is doing meanwhile.
@@ -307,25 +296,25 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
         double age = end > oldest_pending->start_ns ? (end - oldest_pending->start_ns) / 1e9 : 0;
         f.evidence.push_back(fmt::format(
             "CUPTI: {} launch{} without a finished kernel; the oldest ({}, correlation {}) {} ago", pending,
-            pending > 1 ? "es" : "", oldest_pending->name, oldest_pending->correlation_id, seconds(age)));
+            pending > 1 ? "es" : "", oldest_pending->name, oldest_pending->correlation_id, format_short_duration(age)));
         details["pending_launches"] = pending;
         details["oldest_pending_s"] = age;
-        device_state = fmt::format("a kernel launched {} ago has not finished", seconds(age));
+        device_state = fmt::format("a kernel launched {} ago has not finished", format_short_duration(age));
         if (usual_ns) {
           f.evidence.push_back(
               fmt::format("kernels of this job took a median {} (longest {}) when they finished",
-                          ns_text(usual_ns), ns_text(usual_max_ns)));
+                          format_ns(usual_ns), format_ns(usual_max_ns)));
           details["usual_kernel_ns"] = usual_ns;
           details["longest_kernel_ns"] = usual_max_ns;
           if (age * 1e9 >= 1000.0 * static_cast<double>(usual_max_ns))
-            device_state += fmt::format(", over 1000x the longest kernel seen ({})", ns_text(usual_max_ns));
+            device_state += fmt::format(", over 1000x the longest kernel seen ({})", format_ns(usual_max_ns));
         }
       }
       for (const auto& t : g->threads)
         if (t.tid == w.tid && t.last_launch_ns && t.last_launch_ns > t.last_sync_end_ns) {
           f.evidence.push_back(fmt::format(
               "uprobes: {} launched kernels after its last completed synchronize (the latest {} ago)", who,
-              ns_text(end - std::min(end, t.last_launch_ns))));
+              format_ns(end - std::min(end, t.last_launch_ns))));
           if (device_state.empty()) device_state = "work launched before the wait has not completed";
         }
     }
@@ -339,7 +328,7 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
                       "yet the GPU is idle: what it waits for is not running (an event never recorded, a "
                       "collective whose peers never came)";
     if (!device_state.empty()) details["device"] = device_state;
-    f.summary = fmt::format("{} has waited {} in {} for the GPU{}", who, seconds(w.waited_s), w.call,
+    f.summary = fmt::format("{} has waited {} in {} for the GPU{}", who, format_short_duration(w.waited_s), w.call,
                             device_state.empty() ? "" : ": " + device_state);
     bool overrun = details.contains("oldest_pending_s") && details.contains("longest_kernel_ns") &&
                    details["oldest_pending_s"].get<double>() * 1e9 >=
@@ -384,7 +373,7 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
       f.confidence = stuck ? Confidence::Certain : Confidence::Probable;
       std::string waits_on = tw->summary.empty() ? activity_name(tw->activity) : tw->summary;
       f.summary = fmt::format("the GPU is idle because the thread that feeds it, {}, {}{}", who, waits_on,
-                              tw->blocked_s ? fmt::format(" (for {})", seconds(*tw->blocked_s)) : "");
+                              tw->blocked_s ? fmt::format(" (for {})", format_short_duration(*tw->blocked_s)) : "");
       f.evidence.push_back(fmt::format("{} {}", who, how));
       for (const auto& e : idle.evidence) f.evidence.push_back(e);
       // Point at the host finding that explains the feeder's wait.

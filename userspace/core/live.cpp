@@ -76,13 +76,6 @@ const char* shm_op_name(uint32_t op) {
   }
 }
 
-const char* tcp_state_name(int state) {
-  static const char* names[] = {"?",         "ESTABLISHED", "SYN_SENT",    "SYN_RECV",   "FIN_WAIT1",
-                                "FIN_WAIT2", "TIME_WAIT",   "CLOSE",       "CLOSE_WAIT", "LAST_ACK",
-                                "LISTEN",    "CLOSING",     "NEW_SYN_RECV"};
-  return state >= 0 && state < static_cast<int>(std::size(names)) ? names[state] : "?";
-}
-
 namespace {
 
 template <class T>

@@ -12,6 +12,7 @@
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/collectives.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace {
 
@@ -55,7 +56,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
 }
 
-std::string clock_utc(double t) { return merge_clock_text(t) + " UTC"; }
+std::string clock_utc(double t) { return format_utc_clock(t) + " UTC"; }
 
 // The processes of a bundle that are ranks: those whose environment names a
 // rank, less their own children that inherited it (DataLoader workers); else
@@ -320,12 +321,6 @@ nlohmann::json rank_json(const MergedRank& r) {
 
 }  // namespace
 
-std::string merge_clock_text(double unix_time) {
-  std::time_t t = static_cast<std::time_t>(std::floor(unix_time));
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
-}
 
 MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
   MergedReport out;

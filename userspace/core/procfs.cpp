@@ -420,37 +420,6 @@ Result<std::vector<Mapping>> parse_maps(std::string_view text) {
 
 // ---- net/tcp, udp ----------------------------------------------------------------
 
-std::string tcp_state_name(int state_code) {
-  switch (state_code) {
-    case 1:
-      return "ESTABLISHED";
-    case 2:
-      return "SYN_SENT";
-    case 3:
-      return "SYN_RECV";
-    case 4:
-      return "FIN_WAIT1";
-    case 5:
-      return "FIN_WAIT2";
-    case 6:
-      return "TIME_WAIT";
-    case 7:
-      return "CLOSE";
-    case 8:
-      return "CLOSE_WAIT";
-    case 9:
-      return "LAST_ACK";
-    case 10:
-      return "LISTEN";
-    case 11:
-      return "CLOSING";
-    case 12:
-      return "NEW_SYN_RECV";
-    default:
-      return fmt::format("STATE_{}", state_code);
-  }
-}
-
 namespace {
 
 // The kernel prints each 32-bit word of the (network order) address as a

@@ -1,6 +1,7 @@
 #include "hangtrace/report.h"
 #include "hangtrace/stacks.h"
 #include "hangtrace/gpu.h"
+#include "hangtrace/text.h"
 
 #include <fmt/format.h>
 
@@ -13,18 +14,6 @@
 
 namespace hangtrace {
 namespace {
-
-const char* role_name(ProcessRole r) {
-  switch (r) {
-    case ProcessRole::Target:
-      return "target";
-    case ProcessRole::Descendant:
-      return "descendant";
-    case ProcessRole::Peer:
-      return "peer";
-  }
-  return "target";
-}
 
 std::string blocked_text(const ThreadWait& w) {
   if (w.activity == Activity::Running) return "-";
@@ -87,21 +76,6 @@ nlohmann::json user_frame_json(const UserFrame& f) {
     j["build_id"] = f.build_id.empty() ? json(nullptr) : json(f.build_id);
   }
   return j;
-}
-
-std::string utc_time(double unix_s) {
-  std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
-std::string seconds_text(double s) {
-  if (s >= 3600) return fmt::format("{:.1f} s ({:.1f} h)", s, s / 3600);
-  if (s >= 120) return fmt::format("{:.1f} s ({:.1f} min)", s, s / 60);
-  return fmt::format("{:.1f} s", s);
 }
 
 // ---- per-thread timelines ------------------------------------------------------------
@@ -248,7 +222,7 @@ nlohmann::json timelines_json(const Snapshot& snap, const Diagnosis& d, const Li
 
 void render_progress_stop(const ProgressStop& ps, const std::function<void(const std::string&)>& line) {
   line(fmt::format("PROGRESS STOPPED: {}{}, {} ago: {} was the last to block, {}",
-                   ps.at_the_latest ? "at the latest " : "", utc_time(ps.unix_time), seconds_text(ps.ago_s),
+                   ps.at_the_latest ? "at the latest " : "", format_utc(ps.unix_time), format_seconds(ps.ago_s),
                    ps.thread, ps.waits_on));
   std::string basis =
       ps.basis == "live"
@@ -259,15 +233,6 @@ void render_progress_stop(const ProgressStop& ps, const std::function<void(const
                          ps.timed_waits_not_counted);
   if (!ps.live_note.empty()) basis += "; " + ps.live_note;
   line("  basis: " + basis);
-}
-
-std::string local_time(double unix_s) {
-  std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", &tm);
-  return buf;
 }
 
 // The GPU side, as the live window saw it (empty when the job loaded no
@@ -282,7 +247,7 @@ void render_gpu(const LiveObservation& live, int verbosity,
       g.libraries.empty() ? "no CUDA/NCCL library probed" : fmt::format("{}", fmt::join(g.libraries, "; "));
   line(fmt::format("GPU: {}", libs));
   uint64_t end = live.end_ns;
-  auto ago = [&](uint64_t ns) { return end > ns ? seconds_text((end - ns) / 1e9) : std::string("0 s"); };
+  auto ago = [&](uint64_t ns) { return end > ns ? format_seconds((end - ns) / 1e9) : std::string("0 s"); };
   for (const auto& t : g.threads) {
     std::string text = fmt::format("  thread {} ({}) of {}:", t.tid, t.comm, t.pid);
     if (t.in_fn) text += fmt::format(" in {} for {};", gpu_fn_name(t.in_fn), ago(t.in_since_ns));
@@ -426,7 +391,7 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
   line(fmt::format("hangtrace {} | pid {} ({}) | {} | kernel {} | {}", snap.hangtrace_version,
                    snap.target_pid,
                    target ? truncate(target->cmdline.empty() ? target->comm : target->cmdline, 60) : "?",
-                   snap.hostname, snap.kernel_release, local_time(snap.taken_at_unix)));
+                   snap.hostname, snap.kernel_release, format_local_time(snap.taken_at_unix)));
   line();
   line(fmt::format("VERDICT: {}", d.verdict.summary));
   if (d.progress_stopped) render_progress_stop(*d.progress_stopped, line);
@@ -620,7 +585,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
   if (const auto& ps = d.progress_stopped) {
     j["progress_stopped"] = {{"monotonic_ns", ps->monotonic_ns ? json(ps->monotonic_ns) : json(nullptr)},
                              {"unix_time", ps->unix_time},
-                             {"utc", utc_time(ps->unix_time)},
+                             {"utc", format_utc(ps->unix_time)},
                              {"ago_s", ps->ago_s},
                              {"basis", ps->basis},
                              {"at_the_latest", ps->at_the_latest},

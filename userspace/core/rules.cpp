@@ -9,6 +9,7 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
+#include "hangtrace/text.h"
 #include "gpu_rules.h"
 
 namespace hangtrace {
@@ -34,20 +35,6 @@ int exit_status_for(const Diagnosis& d) {
 }
 
 namespace {
-
-std::string human_bytes(uint64_t b) {
-  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", b / double(1ull << 30));
-  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
-  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", b / double(1ull << 10));
-  return fmt::format("{} B", b);
-}
-
-std::string duration(std::optional<double> s) {
-  if (!s) return "for an unknown time";
-  if (*s >= 3600) return fmt::format("for {:.1f} h", *s / 3600);
-  if (*s >= 120) return fmt::format("for {:.1f} min", *s / 60);
-  return fmt::format("for {:.1f} s", *s);
-}
 
 class Analyzer {
  public:
@@ -296,7 +283,7 @@ class Analyzer {
     const ThreadWait* w = wait_of(tid);
     if (!w) return;
     std::string line = fmt::format("{} {} in {} {}", thread_label(tid), activity_name(w->activity),
-                                   w->syscall_text.empty() ? "?" : w->syscall_text, duration(w->blocked_s));
+                                   w->syscall_text.empty() ? "?" : w->syscall_text, for_duration(w->blocked_s));
     if (!w->kernel_stack.empty()) {
       std::vector<std::string> top(w->kernel_stack.begin(),
                                    w->kernel_stack.begin() + std::min<size_t>(4, w->kernel_stack.size()));
@@ -652,7 +639,7 @@ class Analyzer {
           peer_text = "; the other end is not on this host";
         }
         f.summary = fmt::format("{} has been waiting on the network {} ({} -> {}){}", thread_label(tid),
-                                duration(w.blocked_s), o.local, o.remote, peer_text);
+                                for_duration(w.blocked_s), o.local, o.remote, peer_text);
         add_thread_evidence(f, tid);
         for (int pid : peer_pids) add_thread_evidence(f, pid);
         for (const auto& n : o.notes) f.evidence.push_back(n);
@@ -686,20 +673,20 @@ class Analyzer {
     f.summary = fmt::format(
         "{} is {:.0f}% full ({} of {}): DataLoader workers cannot hand over tensors "
         "(they block or die of SIGBUS)",
-        shm.mount_path.empty() ? "/dev/shm" : shm.mount_path, ratio * 100, human_bytes(shm.used_bytes),
-        human_bytes(shm.size_bytes));
+        shm.mount_path.empty() ? "/dev/shm" : shm.mount_path, ratio * 100, format_bytes(shm.used_bytes),
+        format_bytes(shm.size_bytes));
     nlohmann::json segments = nlohmann::json::array();
     for (const auto& seg : shm.largest) {
       segments.push_back({{"name", seg.name}, {"size_bytes", seg.allocated_bytes}, {"pids", seg.mapped_by}});
       for (int pid : seg.mapped_by) add_unique(f.pids, pid);
-      f.evidence.push_back(fmt::format("{} {} held by {}", seg.name, human_bytes(seg.allocated_bytes),
+      f.evidence.push_back(fmt::format("{} {} held by {}", seg.name, format_bytes(seg.allocated_bytes),
                                        seg.mapped_by.empty()
                                            ? std::string("nobody (leaked)")
                                            : fmt::format("pids {}", fmt::join(seg.mapped_by, ", "))));
     }
     if (shm.unlinked_mapped_bytes)
       f.evidence.push_back(fmt::format("{} in unlinked segments still mapped (torch shared tensors)",
-                                       human_bytes(shm.unlinked_mapped_bytes)));
+                                       format_bytes(shm.unlinked_mapped_bytes)));
     f.details["size_bytes"] = shm.size_bytes;
     f.details["used_bytes"] = shm.used_bytes;
     f.details["segments"] = segments;
@@ -767,16 +754,16 @@ class Analyzer {
         }
         if (limit) {
           details["limit_bytes"] = *limit;
-          where += fmt::format(" (limit {})", human_bytes(*limit));
+          where += fmt::format(" (limit {})", format_bytes(*limit));
         }
         uint64_t rss_kb = d.oom ? d.oom->anon_rss_kb + d.oom->file_rss_kb + d.oom->shmem_rss_kb : 0;
         f.summary = fmt::format("{} was killed by the OOM killer in {}{}", who, where,
-                                rss_kb ? fmt::format(" with {} resident", human_bytes(rss_kb << 10)) : "");
+                                rss_kb ? fmt::format(" with {} resident", format_bytes(rss_kb << 10)) : "");
         if (d.oom)
           f.evidence.push_back(fmt::format("oom:mark_victim: anon {} file {} shmem {}, oom_score_adj {}",
-                                           human_bytes(d.oom->anon_rss_kb << 10),
-                                           human_bytes(d.oom->file_rss_kb << 10),
-                                           human_bytes(d.oom->shmem_rss_kb << 10), d.oom->oom_score_adj));
+                                           format_bytes(d.oom->anon_rss_kb << 10),
+                                           format_bytes(d.oom->file_rss_kb << 10),
+                                           format_bytes(d.oom->shmem_rss_kb << 10), d.oom->oom_score_adj));
         f.advice = {
             "Find what grows: keep losses as loss.item() (or loss.detach()), not the tensor with its "
             "autograd graph; "
@@ -790,7 +777,7 @@ class Analyzer {
                   (shm_size && static_cast<double>(shm_used) / shm_size >= opt_.shm_full_ratio))) {
         cause = "sigbus-shm";
         f.summary = fmt::format("{} died of SIGBUS writing to a full /dev/shm ({} of {} used)", who,
-                                human_bytes(shm_used), human_bytes(shm_size));
+                                format_bytes(shm_used), format_bytes(shm_size));
         for (const auto& t : d.shm_trouble)
           f.evidence.push_back(fmt::format("/dev/shm {} {}{} by tid {}", shm_op_name(t.shm_op),
                                            t.name.empty() ? "" : t.name + " ",
@@ -844,14 +831,14 @@ class Analyzer {
       add_unique(f.pids, pid);
       std::string who = process_label(pid, s.comm);
       f.summary = fmt::format("{} grew its resident memory by {} in {:.1f} s ({}/s, {} -> {})", who,
-                              human_bytes(growth), secs, human_bytes(static_cast<uint64_t>(rate)),
-                              human_bytes(s.first_bytes), human_bytes(s.last_bytes));
+                              format_bytes(growth), secs, format_bytes(static_cast<uint64_t>(rate)),
+                              format_bytes(s.first_bytes), format_bytes(s.last_bytes));
       const ProcessMeta* meta = nullptr;
       if (auto it = live_->meta.find(pid); it != live_->meta.end()) meta = &it->second;
       if (meta && meta->memory_limit_bytes && rate > 0 && *meta->memory_limit_bytes > s.last_bytes) {
         double left = (*meta->memory_limit_bytes - s.last_bytes) / rate;
         f.evidence.push_back(fmt::format("at this rate it reaches the cgroup limit of {} in {:.0f} s",
-                                         human_bytes(*meta->memory_limit_bytes), left));
+                                         format_bytes(*meta->memory_limit_bytes), left));
       }
       f.evidence.push_back(fmt::format("{} RSS samples", s.samples));
       f.details = {{"pid", pid},

@@ -1,5 +1,7 @@
 #include "hangtrace/snapshot_json.h"
 
+#include "hangtrace/text.h"
+
 #include <fmt/format.h>
 
 #include <type_traits>
@@ -105,14 +107,6 @@ SyscallState::Mode mode_from(const std::string& s) {
   if (s == "syscall") return SyscallState::Mode::InSyscall;
   if (s == "user") return SyscallState::Mode::User;
   return SyscallState::Mode::Unknown;
-}
-
-const char* role_name(ProcessRole r) {
-  return r == ProcessRole::Target ? "target" : r == ProcessRole::Peer ? "peer" : "descendant";
-}
-
-ProcessRole role_from(const std::string& s) {
-  return s == "target" ? ProcessRole::Target : s == "peer" ? ProcessRole::Peer : ProcessRole::Descendant;
 }
 
 template <class T>
@@ -307,7 +301,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jp, "exe", p.exe);
       p.state = state_char(jp, "state");
       get_if(jp, "flags", p.flags);
-      p.role = role_from(jp.value("role", std::string("descendant")));
+      p.role = role_from_name(jp.value("role", std::string("descendant")));
       get_if(jp, "is_python", p.is_python);
       get_if(jp, "netns", p.netns);
       get_if(jp, "mntns", p.mntns);
