@@ -25,13 +25,6 @@
 #define S_IFREG 0100000
 #define S_IFIFO 0010000
 
-/* ht_syscall_event.obj_kind */
-#define OBJ_UNKNOWN 0
-#define OBJ_PIPE 1
-#define OBJ_SOCKET 2
-#define OBJ_FILE 3
-#define OBJ_ANON 4
-
 const volatile bool trace_blocking = true;
 
 /* current->files->fdt->fd[fd]->f_inode, bounds-checked against max_fds.
@@ -56,16 +49,16 @@ static __always_inline void blocking_resolve_fd(struct call_state* s, bool btf) 
   s->obj_inode = BPF_CORE_READ(ino, i_ino);
   switch (BPF_CORE_READ(ino, i_mode) & S_IFMT) {
     case S_IFIFO:
-      s->obj_kind = OBJ_PIPE;
+      s->obj_kind = HT_OBJ_PIPE;
       break;
     case S_IFSOCK:
-      s->obj_kind = OBJ_SOCKET;
+      s->obj_kind = HT_OBJ_SOCKET;
       break;
     case S_IFREG:
-      s->obj_kind = OBJ_FILE;
+      s->obj_kind = HT_OBJ_FILE;
       break;
     default:
-      s->obj_kind = OBJ_ANON; /* eventfd, epoll, timerfd, char devices, ... */
+      s->obj_kind = HT_OBJ_ANON;
   }
 }
 
@@ -79,7 +72,7 @@ static __always_inline void blocking_begin(struct call_state* s, struct pt_regs*
   s->args[1] = HT_SC_ARG2(regs, btf);
   s->args[2] = HT_SC_ARG3(regs, btf);
   s->obj = has_fd ? (__u64)(__s64)(__s32)s->args[0] : (__u64)-1;
-  s->obj_kind = OBJ_UNKNOWN;
+  s->obj_kind = HT_OBJ_UNKNOWN;
   s->obj_inode = 0;
   s->resolved = !has_fd;
   s->slept = 0;

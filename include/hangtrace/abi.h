@@ -186,13 +186,22 @@ struct ht_futex_event {
 #define HT_FUTEX_OP_WAITV 0x80000000u
 #define HT_FUTEX_OP_WAIT2 0x40000000u
 
+/* ht_syscall_event.obj_kind: what the call's fd is, from its inode's file type. */
+enum ht_obj_kind {
+  HT_OBJ_UNKNOWN = 0, /* no fd, or not resolved */
+  HT_OBJ_PIPE = 1,    /* S_IFIFO: a pipe or FIFO */
+  HT_OBJ_SOCKET = 2,  /* S_IFSOCK */
+  HT_OBJ_FILE = 3,    /* S_IFREG */
+  HT_OBJ_ANON = 4,    /* anything else: eventfd, epoll, timerfd, a character device */
+};
+
 struct ht_syscall_event {
   struct ht_event_header hdr;
   __s64 nr; /* x86_64 syscall number */
   __s64 ret;
   __u64 duration_ns; /* blocked: first sleep -> exit, 0 if it never slept */
   __s32 fd;          /* the fd argument, -1 if none */
-  __u32 obj_kind;    /* 0 unknown, 1 pipe, 2 socket, 3 file, 4 anon */
+  __u32 obj_kind;    /* enum ht_obj_kind */
   __u64 obj_inode;   /* inode of the fd's file, 0 if unknown */
   __u64 args[3];     /* first three raw arguments */
   __s32 kstack_id;   /* as in ht_futex_event */

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/abi.h"
+
 namespace hangtrace {
 
 // One thread in one pass of the brief task iterator (ht_task_brief).
@@ -46,11 +48,11 @@ struct SampledCall {
 SampledCall classify_sampled_call(int64_t nr, const uint64_t args[6]);
 
 // What an fd is, asked once per wait on it (the daemon reads /proc/PID/fd):
-// HT_WAIT_NET for a socket, else HT_WAIT_IO; obj_kind as in
-// ht_syscall_event (1 pipe, 2 socket, 3 file, 4 anon), 0 unknown.
+// HT_WAIT_NET for a socket, else HT_WAIT_IO; obj_kind: enum ht_obj_kind, as
+// in ht_syscall_event.
 struct FdInfo {
-  uint8_t wait_kind = 1;
-  uint32_t obj_kind = 0;
+  uint8_t wait_kind = HT_WAIT_IO;
+  uint32_t obj_kind = HT_OBJ_UNKNOWN;
   uint64_t inode = 0;
 };
 using FdInfoFn = std::function<FdInfo(int tgid, int fd)>;

@@ -526,14 +526,14 @@ TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
   EXPECT_NE(down, up);
   for (const auto* v : {&pw, &cr}) {
     for (const auto& e : *v) {
-      EXPECT_EQ(e.obj_kind, 1u);  // pipe
+      EXPECT_EQ(e.obj_kind, HT_OBJ_PIPE);
       EXPECT_EQ(e.obj_inode, down);
       EXPECT_EQ(e.args[2], 1u);  // one byte
     }
   }
   for (const auto* v : {&pr, &cw}) {
     for (const auto& e : *v) {
-      EXPECT_EQ(e.obj_kind, 1u);
+      EXPECT_EQ(e.obj_kind, HT_OBJ_PIPE);
       EXPECT_EQ(e.obj_inode, up);
       EXPECT_EQ(e.ret, 1);
     }
@@ -571,7 +571,7 @@ TEST_P(LiveWaits, CallsStartAtTheirFirstSleepWithoutAnEntryHook) {
   EXPECT_GE(reads.size(), static_cast<size_t>(kRounds / 4));
   EXPECT_LE(reads.size(), static_cast<size_t>(kRounds));
   for (const auto& e : reads) {
-    EXPECT_EQ(e.obj_kind, 1u);  // pipe, resolved at exit
+    EXPECT_EQ(e.obj_kind, HT_OBJ_PIPE);  // resolved at exit
     EXPECT_EQ(e.obj_inode, reads[0].obj_inode);
     EXPECT_NE(e.obj_inode, 0u);
     EXPECT_EQ(e.args[2], 1u);  // the arguments, read from the saved registers at the first sleep
@@ -624,7 +624,7 @@ TEST_P(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
   EXPECT_LT(s[0].duration_ns, 500'000'000u);
   EXPECT_EQ(s[0].ret, 0);
   EXPECT_EQ(s[0].fd, -1);
-  EXPECT_EQ(s[0].obj_kind, 0u);
+  EXPECT_EQ(s[0].obj_kind, HT_OBJ_UNKNOWN);
   EXPECT_GE(s[0].kstack_id, 0);
   EXPECT_GE(s[0].ustack_id, 0);
   EXPECT_GE(t.stack(s[0].kstack_id).size(), 3u);

@@ -208,7 +208,7 @@ TEST(SampledWaitRecord, IsTheRingBufferRecordOfItsKind) {
   EXPECT_EQ(e.hdr.type, static_cast<uint32_t>(HT_EV_SYSCALL_BLOCK));
   EXPECT_EQ(e.nr, kRead);
   EXPECT_EQ(e.fd, 5);
-  EXPECT_EQ(e.obj_kind, 1u);
+  EXPECT_EQ(e.obj_kind, HT_OBJ_PIPE);
   EXPECT_EQ(e.obj_inode, 777u);
   EXPECT_EQ(e.duration_ns, 3 * kS);
 }

@@ -64,13 +64,13 @@ FdInfo fd_info(int tgid, int fd) {
   if (stat(link.c_str(), &st) == 0) info.inode = st.st_ino;
   if (t.starts_with("socket:")) {
     info.wait_kind = HT_WAIT_NET;
-    info.obj_kind = 2;
+    info.obj_kind = HT_OBJ_SOCKET;
   } else if (t.starts_with("pipe:")) {
-    info.obj_kind = 1;
+    info.obj_kind = HT_OBJ_PIPE;
   } else if (t.starts_with("anon_inode:")) {
-    info.obj_kind = 4;
+    info.obj_kind = HT_OBJ_ANON;
   } else {
-    info.obj_kind = 3;
+    info.obj_kind = HT_OBJ_FILE;
   }
   return info;
 }
