@@ -2,6 +2,9 @@
 // the same data as an SVG flame graph, a speedscope profile and a Chrome Trace
 // Event timeline (docs/exports.md). Pure functions of a Snapshot, its
 // Diagnosis and the optional live observation; the CLI writes the files.
+// One file per format under userspace/core/export/: folded.cpp,
+// flamegraph.cpp (+ flamegraph.js, flamegraph.css), speedscope.cpp,
+// chrome_trace.cpp; what they share in export/common.h.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -73,16 +76,18 @@ std::string render_flamegraph_svg(const FoldedProfile& profile, const FlameGraph
 // one "sampled" profile per thread, weights in microseconds.
 nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string& name);
 
-// Chrome Trace Event pids reserved for future GPU tracks: device N is pid
-// kTraceGpuPidBase + N, its stream S is tid S + 1 (tid 0: the device itself).
-// Linux pids never reach this range (PID_MAX_LIMIT is 2^22).
+// Chrome Trace Event pids of the GPU tracks (docs/gpu.md): device N is pid
+// kTraceGpuPidBase + N, its stream S is tid S + 1 (tid 0: the device itself,
+// with its NVML counters). Linux pids never reach this range (PID_MAX_LIMIT
+// is 2^22).
 inline constexpr int kTraceGpuPidBase = 1'000'000'000;
 // Wakeups from interrupt context (no task) are drawn on this pid/tid.
 inline constexpr int kTraceInterruptPid = 999'999'999;
 
 // Chrome Trace Event JSON (Perfetto, chrome://tracing): one track per thread,
 // blocked intervals and the current wait as complete events, wakeups as flows,
-// deaths as instant events. Timestamps: CLOCK_MONOTONIC microseconds.
+// deaths as instant events; with `live`, its GPU work on device and stream
+// tracks. Timestamps: CLOCK_MONOTONIC microseconds.
 nlohmann::json render_chrome_trace(const Snapshot& snapshot, const Diagnosis* diagnosis,
                                    const LiveObservation* live = nullptr);
 

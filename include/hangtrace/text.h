@@ -48,6 +48,11 @@ size_t utf8_length(std::string_view s);
 // bytes) replaced, so one odd name cannot make a whole document unreadable.
 std::string xml_escape(std::string_view s);
 
+// ---- paths ------------------------------------------------------------------------
+// What follows the last '/': "/usr/lib/libc.so.6" -> "libc.so.6"; the whole
+// of a path without one.
+std::string basename_of(std::string_view path);
+
 // ---- symbols ------------------------------------------------------------------------
 // A symbol as people read it: the version of a dynamic symbol
 // ("__libc_start_main@@GLIBC_2.34") dropped, a C++ name demangled, and, with

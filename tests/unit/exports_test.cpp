@@ -105,6 +105,20 @@ LiveObservation live_fixture() {
   return live;
 }
 
+// A wakeup of `tid` at `ts_ns` by the single-threaded process `waker`, with
+// the waker's kernel and user stack ids.
+TraceEvent wakeup_of(int tid, uint64_t ts_ns, int waker, const char* comm, int32_t kstack_id,
+                     int32_t ustack_id) {
+  TraceEvent e;
+  e.tid = tid;
+  e.ts_ns = ts_ns;
+  e.waker_tgid = e.waker_tid = waker;
+  e.waker_comm = comm;
+  e.kstack_id = kstack_id;
+  e.ustack_id = ustack_id;
+  return e;
+}
+
 constexpr uint64_t kTotalUs = 1500 + 500000 + 250000 + 2000000;
 
 TEST(Exports, FoldedTextIsExact) {
@@ -288,6 +302,10 @@ TEST(Exports, FlameGraphHasOneGroupPerFrameAndTheScript) {
   EXPECT_EQ(count(svg, "<rect "), 25u + 1u);  // + the background
   EXPECT_EQ(count(svg, "<title>"), 25u);
   EXPECT_EQ(count(svg, "<script"), 1u);
+  // The script and the style (export/flamegraph.js, .css) are embedded whole.
+  EXPECT_NE(svg.find("function unzoom()"), std::string::npos);
+  EXPECT_NE(svg.find("})();\n]]></script>\n</svg>\n"), std::string::npos);
+  EXPECT_NE(svg.find("g.parent rect { opacity: 0.55; }\n  #title"), std::string::npos);
   EXPECT_NE(svg.find("id=\"search\""), std::string::npos);
   EXPECT_NE(svg.find("data-n=\"_try_get_data (dataloader.py:1133)\""), std::string::npos);
   EXPECT_NE(svg.find("data-n=\"&lt;module&gt; (train.py:12)\""), std::string::npos);
@@ -304,8 +322,6 @@ TEST(Exports, FlameGraphHasOneGroupPerFrameAndTheScript) {
   EXPECT_GE(fills.size(), 4u);
 }
 
-// Without a live interval the waker goes on the current wait; a wakeup from
-// before that wait began is marked as earlier.
 // Live waits with stack ids: the wait's own user and kernel stacks, then
 // after "--" the waker's kernel and user stacks innermost first and the waker
 // (offwaketime's layout); a wakeup from interrupt context names no task and
@@ -336,20 +352,8 @@ TEST(Exports, LiveWaitsCarryTheirStacksAndTheirWakersStacks) {
   libc_write.function = "write";
   live.user_stacks[{200, 13}] = {libc_write};
   live.user_stacks[{300, 14}] = {main_fn};  // the interrupted task's: not the waker's
-  TraceEvent by_writer;
-  by_writer.tid = 101;
-  by_writer.ts_ns = 1'299'000'000ull;
-  by_writer.waker_tgid = by_writer.waker_tid = 200;
-  by_writer.waker_comm = "writer";
-  by_writer.kstack_id = 11;
-  by_writer.ustack_id = 13;
-  TraceEvent by_timer;
-  by_timer.tid = 101;
-  by_timer.ts_ns = 1'499'000'000ull;
-  by_timer.waker_tgid = by_timer.waker_tid = 300;
-  by_timer.waker_comm = "cc1plus";
-  by_timer.kstack_id = 12;
-  by_timer.ustack_id = 14;
+  TraceEvent by_writer = wakeup_of(101, 1'299'000'000ull, 200, "writer", 11, 13);
+  TraceEvent by_timer = wakeup_of(101, 1'499'000'000ull, 300, "cc1plus", 12, 14);
   live.recent_wakeups[101] = {by_writer, by_timer};
   live.last_waker[101] = by_timer;
   EXPECT_EQ(render_folded(build_folded(s, nullptr, &live)),
@@ -360,6 +364,8 @@ TEST(Exports, LiveWaitsCarryTheirStacksAndTheirWakersStacks) {
             "anon_pipe_write;write;writer/200 200000\n");
 }
 
+// Without a live interval the waker goes on the current wait; a wakeup from
+// before that wait began is marked as earlier.
 TEST(Exports, WakerOnTheCurrentWait) {
   Snapshot s = fixture();
   LiveObservation live = live_fixture();

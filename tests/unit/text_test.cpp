@@ -36,6 +36,12 @@ TEST(Text, Utf8AndXml) {
   EXPECT_EQ(utf8_sequence("\xe2\x82", 0), 0u) << "a cut sequence is not one";
 }
 
+TEST(Text, BasenameOf) {
+  EXPECT_EQ(basename_of("/usr/lib/x86_64-linux-gnu/libc.so.6"), "libc.so.6");
+  EXPECT_EQ(basename_of("train.py"), "train.py");
+  EXPECT_EQ(basename_of("/opt/venv/"), "");
+}
+
 TEST(Text, Demangle) {
   EXPECT_EQ(demangle("_ZN3foo3barEv"), "foo::bar()");
   EXPECT_EQ(demangle("__libc_start_main@@GLIBC_2.34"), "__libc_start_main");

@@ -145,6 +145,13 @@ std::string xml_escape(std::string_view s) {
   return out;
 }
 
+// ---- paths ------------------------------------------------------------------------
+
+std::string basename_of(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
 // ---- symbols ------------------------------------------------------------------------
 
 std::string demangle(std::string_view symbol, size_t max_chars) {
