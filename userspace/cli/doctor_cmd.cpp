@@ -1,5 +1,5 @@
 // hangtrace doctor [--pid PID]: the pre-flight checklist (docs/doctor.md). The
-// checks are pure (userspace/core/doctor.cpp); this file adds what needs root
+// checks are pure (userspace/core/doctor/); this file adds what needs root
 // and libbpf -- which live hooks load, the libbpf version -- as plain data.
 #include <bpf/libbpf.h>
 #include <fcntl.h>
