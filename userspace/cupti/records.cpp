@@ -22,9 +22,35 @@ ht_gpu_activity blank(uint16_t kind) {
   return a;
 }
 
-void set_times(ht_gpu_activity& a, uint64_t start, uint64_t end, const GpuClock& clock) {
-  a.start_ns = clock.to_monotonic(start);
-  a.end_ns = clock.to_monotonic(end);
+// What every record we convert has: its times, moved onto CLOCK_MONOTONIC,
+// and its correlation id.
+template <typename Record>
+ht_gpu_activity timed_record(uint16_t kind, const Record& r, const GpuClock& clock) {
+  ht_gpu_activity a = blank(kind);
+  a.start_ns = clock.to_monotonic(r.start);
+  a.end_ns = clock.to_monotonic(r.end);
+  a.correlation_id = r.correlationId;
+  return a;
+}
+
+// Work on a device stream (a kernel, a copy, a fill): also its device,
+// context and stream.
+template <typename Record>
+ht_gpu_activity stream_record(uint16_t kind, const Record& r, const GpuClock& clock) {
+  ht_gpu_activity a = timed_record(kind, r, clock);
+  a.device_id = r.deviceId;
+  a.context_id = r.contextId;
+  a.stream_id = r.streamId;
+  return a;
+}
+
+// A copy or a fill: also its size; `detail` is the copy's kind or the fill's byte.
+template <typename Record>
+ht_gpu_activity copy_record(uint16_t kind, const Record& r, uint32_t detail, const GpuClock& clock) {
+  ht_gpu_activity a = stream_record(kind, r, clock);
+  a.detail = detail;
+  a.bytes = r.bytes;
+  return a;
 }
 
 // Grid and block sizes are int32 in CUPTI but never negative.
@@ -61,12 +87,7 @@ std::optional<ht_gpu_activity> convert_record(const CUpti_Activity& rec, const G
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto& k = reinterpret_cast<const CUpti_ActivityKernel10&>(rec);
-      ht_gpu_activity a = blank(HT_GPU_ACT_KERNEL);
-      set_times(a, k.start, k.end, clock);
-      a.correlation_id = k.correlationId;
-      a.device_id = k.deviceId;
-      a.context_id = k.contextId;
-      a.stream_id = k.streamId;
+      ht_gpu_activity a = stream_record(HT_GPU_ACT_KERNEL, k, clock);
       a.detail = k.registersPerThread;
       a.grid[0] = dim(k.gridX);
       a.grid[1] = dim(k.gridY);
@@ -79,33 +100,15 @@ std::optional<ht_gpu_activity> convert_record(const CUpti_Activity& rec, const G
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto& m = reinterpret_cast<const CUpti_ActivityMemcpy6&>(rec);
-      ht_gpu_activity a = blank(HT_GPU_ACT_MEMCPY);
-      set_times(a, m.start, m.end, clock);
-      a.correlation_id = m.correlationId;
-      a.device_id = m.deviceId;
-      a.context_id = m.contextId;
-      a.stream_id = m.streamId;
-      a.detail = m.copyKind;
-      a.bytes = m.bytes;
-      return a;
+      return copy_record(HT_GPU_ACT_MEMCPY, m, m.copyKind, clock);
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto& m = reinterpret_cast<const CUpti_ActivityMemset4&>(rec);
-      ht_gpu_activity a = blank(HT_GPU_ACT_MEMSET);
-      set_times(a, m.start, m.end, clock);
-      a.correlation_id = m.correlationId;
-      a.device_id = m.deviceId;
-      a.context_id = m.contextId;
-      a.stream_id = m.streamId;
-      a.detail = m.value;
-      a.bytes = m.bytes;
-      return a;
+      return copy_record(HT_GPU_ACT_MEMSET, m, m.value, clock);
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
       const auto& s = reinterpret_cast<const CUpti_ActivitySynchronization2&>(rec);
-      ht_gpu_activity a = blank(HT_GPU_ACT_SYNC);
-      set_times(a, s.start, s.end, clock);
-      a.correlation_id = s.correlationId;
+      ht_gpu_activity a = timed_record(HT_GPU_ACT_SYNC, s, clock);
       a.context_id = s.contextId;
       // CUPTI_SYNCHRONIZATION_INVALID_VALUE for context-wide waits.
       a.stream_id = s.streamId;
@@ -115,10 +118,9 @@ std::optional<ht_gpu_activity> convert_record(const CUpti_Activity& rec, const G
     case CUPTI_ACTIVITY_KIND_DRIVER:
     case CUPTI_ACTIVITY_KIND_RUNTIME: {
       const auto& api = reinterpret_cast<const CUpti_ActivityAPI&>(rec);
-      ht_gpu_activity a =
-          blank(rec.kind == CUPTI_ACTIVITY_KIND_DRIVER ? HT_GPU_ACT_DRIVER_API : HT_GPU_ACT_RUNTIME_API);
-      set_times(a, api.start, api.end, clock);
-      a.correlation_id = api.correlationId;
+      ht_gpu_activity a = timed_record(
+          rec.kind == CUPTI_ACTIVITY_KIND_DRIVER ? HT_GPU_ACT_DRIVER_API : HT_GPU_ACT_RUNTIME_API, api,
+          clock);
       a.pid = api.processId;
       a.tid = api.threadId;
       a.detail = api.cbid;
