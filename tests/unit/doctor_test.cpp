@@ -1,6 +1,7 @@
 // hangtrace doctor's checks over a fake /proc and /sys built under a temp dir:
 // every verdict path of each check, with the figures the finding must name.
 #include "hangtrace/doctor.h"
+#include "hangtrace/abi.h"
 
 #include <gtest/gtest.h>
 
@@ -27,7 +28,7 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
-constexpr uint32_t kPfKthread = 0x00200000;
+constexpr uint32_t kPfKthread = HT_PF_KTHREAD;
 
 std::string limits_text(const std::string& nofile_soft, const std::string& nofile_hard,
                         const std::string& memlock = "8388608") {
