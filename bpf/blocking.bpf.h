@@ -18,6 +18,7 @@
 #define HANGTRACE_BLOCKING_BPF_H
 
 #include "call_state.bpf.h"
+#include "uapi.bpf.h"
 
 /* i_mode file types */
 #define S_IFMT 00170000

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * The syscall dispatcher's per-thread state (bpf/syscalls.bpf.c) and the
- * twin-aware reads of a syscall's saved user registers.
+ * The syscall dispatcher's per-thread state (bpf/syscalls.bpf.c), its clock
+ * and its stack walks.
  *
  * A thread is in at most one syscall at a time, so one record per thread
  * serves every concern the dispatcher runs (futex waits, blocking calls):
@@ -16,10 +16,8 @@
 
 #include "live_maps.bpf.h"
 #include "sched_clock.bpf.h"
-
-#ifndef ENOENT
-#define ENOENT 2
-#endif
+#include "syscall_regs.bpf.h"
+#include "uapi.bpf.h"
 
 /* call_state.kind */
 #define CALL_FUTEX_WAIT 1
@@ -136,40 +134,6 @@ static __always_inline void call_mark_ended(struct call_state* s) {
   }
   s->in_call = 0;
 }
-
-/*
- * A saved user register of the syscall. In the tp_btf twin `regs` is a
- * BTF-typed pointer and this is a plain (fault-checked) load; in the raw_tp
- * twin it is a probe read. `btf` is a constant after inlining, so each twin
- * keeps one branch.
- */
-#define HT_REG(regs, btf, field) ((btf) ? (__u64)(regs)->field : (__u64)BPF_CORE_READ((regs), field))
-
-#if defined(bpf_target_x86)
-#define HT_SC_NR(r, btf) ((__s64)HT_REG(r, btf, orig_ax))
-#define HT_SC_ARG1(r, btf) HT_REG(r, btf, di)
-#define HT_SC_ARG2(r, btf) HT_REG(r, btf, si)
-#define HT_SC_ARG3(r, btf) HT_REG(r, btf, dx)
-#define HT_SC_ARG4(r, btf) HT_REG(r, btf, r10)
-#define HT_SC_ARG5(r, btf) HT_REG(r, btf, r8)
-/* The saved registers are a syscall's, still running: entry pushes the
- * number as orig_ax and -ENOSYS as ax, which holds until the call returns.
- * An exception entry (a page fault that sleeps) saves its error code as
- * orig_ax -- small numbers that are syscall numbers too (7 is poll) -- and
- * the user's rax as ax. */
-#define HT_SC_RUNNING(r, btf) (HT_REG(r, btf, ax) == (__u64)-38 /* -ENOSYS */)
-#elif defined(bpf_target_arm64)
-#define HT_SC_NR(r, btf) ((__s64)HT_REG(r, btf, syscallno))
-#define HT_SC_ARG1(r, btf) HT_REG(r, btf, orig_x0)
-#define HT_SC_ARG2(r, btf) HT_REG(r, btf, regs[1])
-#define HT_SC_ARG3(r, btf) HT_REG(r, btf, regs[2])
-#define HT_SC_ARG4(r, btf) HT_REG(r, btf, regs[3])
-#define HT_SC_ARG5(r, btf) HT_REG(r, btf, regs[4])
-/* Every exception entry but a syscall's saves NO_SYSCALL (-1) as syscallno. */
-#define HT_SC_RUNNING(r, btf) (HT_SC_NR(r, btf) >= 0)
-#else
-#error "call_state.bpf.h: syscall register layout unknown for this arch"
-#endif
 
 /*
  * The dispatcher's clock: the scheduler's (sched_clock.bpf.h) instead of a

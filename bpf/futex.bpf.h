@@ -13,44 +13,13 @@
 #define HANGTRACE_FUTEX_BPF_H
 
 #include "call_state.bpf.h"
-
-/* x86_64 numbering (the ABI's, see abi.h); arm64 uses the generic table. */
-#if defined(bpf_target_x86)
-#define NR_futex 202
-#elif defined(bpf_target_arm64)
-#define NR_futex 98
-#endif
-#define NR_futex_waitv 449
-#define NR_futex_wait 455
-
-#define FUTEX_WAIT 0
-#define FUTEX_WAKE 1
-#define FUTEX_REQUEUE 3
-#define FUTEX_CMP_REQUEUE 4
-#define FUTEX_WAKE_OP 5
-#define FUTEX_LOCK_PI 6
-#define FUTEX_UNLOCK_PI 7
-#define FUTEX_WAIT_BITSET 9
-#define FUTEX_WAKE_BITSET 10
-#define FUTEX_WAIT_REQUEUE_PI 11
-#define FUTEX_CMP_REQUEUE_PI 12
-#define FUTEX_LOCK_PI2 13
-#define FUTEX_CMD_MASK 127 /* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) */
+#include "hangtrace/syscall_dispatch.h"
+#include "uapi.bpf.h"
 
 #define NSEC_PER_SEC 1000000000ull
 
 const volatile bool trace_futex = true;
 const volatile __u64 wake_emit_ns = 10000000;
-
-static __always_inline bool futex_is_wait_cmd(__u32 cmd) {
-  return cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI || cmd == FUTEX_LOCK_PI2 ||
-         cmd == FUTEX_WAIT_REQUEUE_PI;
-}
-
-static __always_inline bool futex_is_wake_cmd(__u32 cmd) {
-  return cmd == FUTEX_WAKE || cmd == FUTEX_WAKE_BITSET || cmd == FUTEX_WAKE_OP || cmd == FUTEX_REQUEUE ||
-         cmd == FUTEX_CMP_REQUEUE || cmd == FUTEX_CMP_REQUEUE_PI || cmd == FUTEX_UNLOCK_PI;
-}
 
 /* The timespec as given (relative for FUTEX_WAIT, absolute for the others);
  * 0 when there is none or it cannot be read. */
@@ -64,7 +33,7 @@ static __always_inline __u64 futex_read_timeout(__u64 uptr) {
 /* Whether a futex/futex_waitv/futex_wait call with these registers waits
  * (futex(2) ops that wake do not). */
 static __always_inline bool futex_call_waits(struct pt_regs* regs, __s64 nr, bool btf) {
-  return nr != NR_futex || futex_is_wait_cmd((__u32)HT_SC_ARG2(regs, btf) & FUTEX_CMD_MASK);
+  return nr != HT_NR_futex || ht_futex_cmd_waits((__u32)HT_SC_ARG2(regs, btf) & HT_FUTEX_CMD_MASK);
 }
 
 /* Starts tracking the wait of a futex/futex_waitv/futex_wait call from its
@@ -74,12 +43,12 @@ static __always_inline bool futex_call_waits(struct pt_regs* regs, __s64 nr, boo
 static __always_inline void futex_begin(struct call_state* s, struct pt_regs* regs, __s64 nr, bool btf) {
   __u64 uaddr, timeout_uptr;
   __u32 op;
-  if (nr == NR_futex) {
+  if (nr == HT_NR_futex) {
     /* futex(uaddr, op, val, timeout, uaddr2, val3) */
     op = (__u32)HT_SC_ARG2(regs, btf);
     uaddr = HT_SC_ARG1(regs, btf);
     timeout_uptr = HT_SC_ARG4(regs, btf);
-  } else if (nr == NR_futex_waitv) {
+  } else if (nr == HT_NR_futex_waitv) {
     /* futex_waitv(waiters, nr_futexes, flags, timeout, clockid) */
     __u64 waiters = HT_SC_ARG1(regs, btf);
     struct futex_waitv first = {};
@@ -131,9 +100,9 @@ static __always_inline void futex_emit_wait(void* ctx, struct call_state* s, lon
 static __always_inline void futex_exit_wake(struct task_struct* t, struct pt_regs* regs, long ret, bool btf) {
   if (!ht_stream_wakes) return;
   __u32 op = (__u32)HT_SC_ARG2(regs, btf);
-  __u32 cmd = op & FUTEX_CMD_MASK;
-  if (!futex_is_wake_cmd(cmd)) return;
-  if (cmd == FUTEX_UNLOCK_PI) {
+  __u32 cmd = op & HT_FUTEX_CMD_MASK;
+  if (!ht_futex_cmd_wakes(cmd)) return;
+  if (cmd == HT_FUTEX_UNLOCK_PI) {
     /* Returns 0, not a count. User space only enters the kernel to unlock
      * when FUTEX_WAITERS is set, so a success handed the lock to a waiter. */
     if (ret != 0) return;

@@ -9,6 +9,7 @@
 #define HANGTRACE_LIVE_MAPS_BPF_H
 
 #include "hangtrace/abi.h"
+#include "uapi.bpf.h"
 
 /* Sized from userspace before load (bpf_map__set_max_entries). */
 struct {
@@ -57,7 +58,7 @@ static __always_inline void ht_count(__u32 idx) {
  * (-EEXIST) is lost for the whole run, and counted so the report says so. */
 static __always_inline __s32 ht_stackid(void* ctx, __u64 flags) {
   __s32 id = bpf_get_stackid(ctx, &stacks, flags);
-  if (id == -17 /* EEXIST */) ht_count(HT_CNT_STACKS_LOST);
+  if (id == -EEXIST) ht_count(HT_CNT_STACKS_LOST);
   return id;
 }
 

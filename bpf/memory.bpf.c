@@ -14,10 +14,8 @@
 
 #include "live_maps.bpf.h"
 
-/* enum mm counter indexes (include/linux/mm_types_task.h) */
-#define MM_FILEPAGES 0
-#define MM_ANONPAGES 1
-#define MM_SHMEMPAGES 3
+/* MM_FILEPAGES, MM_ANONPAGES, MM_SHMEMPAGES: the mm counter indexes, an enum
+ * of vmlinux.h (include/linux/mm_types_task.h). */
 
 const volatile __u64 rss_step_bytes = 64 << 20;
 /* Set from userspace: sysconf(_SC_PAGESIZE) as a shift. */

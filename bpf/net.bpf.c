@@ -30,16 +30,8 @@
 
 #define AF_INET 2
 #define AF_INET6 10
-#define IPPROTO_TCP 6
-
-/* include/net/tcp_states.h */
-#define TCP_ESTABLISHED 1
-#define TCP_SYN_SENT 2
-#define TCP_SYN_RECV 3
-#define TCP_FIN_WAIT1 4
-#define TCP_CLOSE 7
-#define TCP_LISTEN 10
-#define TCP_LAST_ACK 9
+/* IPPROTO_TCP and the TCP_* states (include/net/tcp_states.h) are enums of
+ * vmlinux.h. */
 
 struct sock_owner {
   __u32 tgid;
@@ -101,8 +93,7 @@ static __always_inline struct listen_key listen_key_of(const struct sock* sk) {
 }
 
 static __always_inline bool is_tcp(const struct sock* sk) {
-  /* A bitfield before 5.6; the probed read handles both layouts. */
-  return BPF_CORE_READ_BITFIELD_PROBED(sk, sk_protocol) == IPPROTO_TCP;
+  return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP;
 }
 
 static __always_inline void current_owner(struct sock_owner* o) {

@@ -19,12 +19,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "live_maps.bpf.h"
-
-#define SIGURG_ 23
-#define SIGCHLD_ 17
-#define SIGWINCH_ 28
-#define SI_USER_ 0
-#define SI_KERNEL_ 0x80
+#include "uapi.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -106,7 +101,7 @@ int sched_process_exit(void* ctx) {
   if (!e) return 0;
   fill_proc(e, task);
   e->exit_code = BPF_CORE_READ(task, exit_code);
-  e->flags = group_dead ? 1 : 0;
+  e->flags = group_dead ? HT_PROC_WHOLE_PROCESS : 0;
   /* The tgid stays in traced_tgids: events still queued for it must match,
    * and userspace removes it once the report no longer needs it. */
   ht_submit(e);
@@ -118,16 +113,16 @@ int sched_process_exit(void* ctx) {
 static __always_inline int on_signal(int sig, struct kernel_siginfo* info, struct task_struct* task,
                                      int result) {
   /* Job control and child bookkeeping, delivered all the time. */
-  if (sig == SIGCHLD_ || sig == SIGWINCH_ || sig == SIGURG_) return 0;
+  if (sig == SIGCHLD || sig == SIGWINCH || sig == SIGURG) return 0;
   __u32 tgid = BPF_CORE_READ(task, tgid);
   if (!ht_traced_tgid(tgid)) return 0;
   /* The same decoding the tracepoint does (TP_STORE_SIGINFO): 0 and 1 are
    * the SEND_SIG_NOINFO / SEND_SIG_PRIV markers, not pointers. */
   int code;
   if ((unsigned long)info == 0)
-    code = SI_USER_;
+    code = SI_USER;
   else if ((unsigned long)info == 1)
-    code = SI_KERNEL_;
+    code = SI_KERNEL;
   else
     code = BPF_CORE_READ(info, si_code);
 

@@ -24,10 +24,7 @@
 
 #include "live_maps.bpf.h"
 #include "sched_clock.bpf.h"
-
-#ifndef ENOENT
-#define ENOENT 2
-#endif
+#include "uapi.bpf.h"
 
 /* At most one HT_EV_WAKEUP per (waker, wakee) pair this often. */
 const volatile __u64 wakeup_emit_ns = 10000000;

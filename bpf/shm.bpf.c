@@ -21,10 +21,9 @@
 
 #include "live_maps.bpf.h"
 #include "tmpfs.bpf.h"
+#include "uapi.bpf.h"
 
 #define VM_SHARED 0x00000008
-#define SIGBUS 7
-#define SI_KERNEL 0x80
 
 /* Faults are reported once per (process, file, this many bytes of file). */
 const volatile __u32 fault_region_shift = 20;

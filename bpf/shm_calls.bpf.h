@@ -10,6 +10,7 @@
 #define HANGTRACE_SHM_CALLS_BPF_H
 
 #include "call_state.bpf.h"
+#include "hangtrace/syscall_nr.h"
 #include "tmpfs.bpf.h"
 
 #define O_CREAT 0100
@@ -20,48 +21,6 @@ const volatile bool trace_shm_calls = true;
 /* The daemon's steady state: only calls that failed (ENOSPC above all), not
  * the DataLoader's per-batch segment creations and unlinks. */
 const volatile bool shm_trouble_only = false;
-
-/*
- * Syscalls whose exit the dispatcher hands to shm_calls_exit(). The arguments
- * are still in the saved user registers at sys_exit, so the exit alone sees
- * arguments and result.
- * Negative: the syscall does not exist on this arch.
- */
-#if defined(bpf_target_x86)
-#define NR_WRITE 1
-#define NR_OPEN 2
-#define NR_MMAP 9
-#define NR_PWRITE64 18
-#define NR_WRITEV 20
-#define NR_TRUNCATE 76
-#define NR_FTRUNCATE 77
-#define NR_CREAT 85
-#define NR_UNLINK 87
-#define NR_OPENAT 257
-#define NR_UNLINKAT 263
-#define NR_FALLOCATE 285
-#define NR_PWRITEV 296
-#define NR_PWRITEV2 328
-#define NR_OPENAT2 437
-#elif defined(bpf_target_arm64)
-#define NR_WRITE 64
-#define NR_OPEN -100
-#define NR_MMAP 222
-#define NR_PWRITE64 68
-#define NR_WRITEV 66
-#define NR_TRUNCATE 45
-#define NR_FTRUNCATE 46
-#define NR_CREAT -101
-#define NR_UNLINK -102
-#define NR_OPENAT 56
-#define NR_UNLINKAT 35
-#define NR_FALLOCATE 47
-#define NR_PWRITEV 70
-#define NR_PWRITEV2 287
-#define NR_OPENAT2 437
-#else
-#error "shm_calls.bpf.h: syscall numbers unknown for this arch"
-#endif
 
 /*
  * A path-based operation: emitted only for absolute paths under /dev/shm/
@@ -94,7 +53,10 @@ static __always_inline void on_open(long ret, const char* upath, __u64 flags) {
   emit_path_op(HT_SHM_CREATE, ret, upath);
 }
 
-/* sys_exit of a call the dispatcher classed as a /dev/shm one. */
+/* sys_exit of a call the dispatcher classed as a /dev/shm one (the table's
+ * shm column, hangtrace/syscall_dispatch.h). The arguments are still in the
+ * saved user registers at sys_exit, so the exit alone sees arguments and
+ * result. */
 static __always_inline void shm_calls_exit(struct pt_regs* regs, __s64 nr, long ret, bool btf) {
   if (shm_trouble_only && ret >= 0) return;
   if (!ht_current_traced()) return;
@@ -102,35 +64,35 @@ static __always_inline void shm_calls_exit(struct pt_regs* regs, __s64 nr, long 
   __u64 a2 = HT_SC_ARG2(regs, btf);
   __u64 a3 = HT_SC_ARG3(regs, btf);
 
-  if (nr == NR_OPEN) {
+  if (nr == HT_NR_open) {
     on_open(ret, (const char*)a1, a2);
-  } else if (nr == NR_CREAT) {
+  } else if (nr == HT_NR_creat) {
     on_open(ret, (const char*)a1, O_CREAT);
-  } else if (nr == NR_OPENAT) {
+  } else if (nr == HT_NR_openat) {
     on_open(ret, (const char*)a2, a3);
-  } else if (nr == NR_OPENAT2) {
+  } else if (nr == HT_NR_openat2) {
     __u64 flags = 0; /* struct open_how starts with flags */
     bpf_probe_read_user(&flags, sizeof(flags), (void*)a3);
     on_open(ret, (const char*)a2, flags);
-  } else if (nr == NR_FTRUNCATE) {
+  } else if (nr == HT_NR_ftruncate) {
     struct file* f = tmpfs_fd_file(a1);
     if (f) emit_file_op(HT_SHM_TRUNCATE, ret, f, a2, 0);
-  } else if (nr == NR_TRUNCATE) {
+  } else if (nr == HT_NR_truncate) {
     emit_path_op(HT_SHM_TRUNCATE, ret, (const char*)a1);
-  } else if (nr == NR_FALLOCATE) {
+  } else if (nr == HT_NR_fallocate) {
     /* fallocate(fd, mode, offset, len): size is where the file would end. */
     struct file* f = tmpfs_fd_file(a1);
     if (f) emit_file_op(HT_SHM_FALLOCATE, ret, f, a3 + HT_SC_ARG4(regs, btf), 0);
-  } else if (nr == NR_MMAP) {
+  } else if (nr == HT_NR_mmap) {
     /* mmap(addr, len, prot, flags, fd, off): file mappings only. */
     __u64 mflags = HT_SC_ARG4(regs, btf);
     if (mflags & MAP_ANONYMOUS) return;
     struct file* f = tmpfs_fd_file((long)(int)HT_SC_ARG5(regs, btf));
     /* A private mapping of a tmpfs file shares nothing; leave it out. */
     if (f && (mflags & MAP_SHARED)) emit_file_op(HT_SHM_MMAP, ret < 0 ? ret : 0, f, a2, ret < 0 ? 0 : ret);
-  } else if (nr == NR_UNLINK) {
+  } else if (nr == HT_NR_unlink) {
     emit_path_op(HT_SHM_UNLINK, ret, (const char*)a1);
-  } else if (nr == NR_UNLINKAT) {
+  } else if (nr == HT_NR_unlinkat) {
     emit_path_op(HT_SHM_UNLINK, ret, (const char*)a2);
   } else if (ret == -ENOSPC) {
     /* write family: only interesting when a tmpfs is full. */

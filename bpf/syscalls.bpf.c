@@ -12,9 +12,10 @@
  * Why one program and not one per concern: once any sys_enter/sys_exit hook
  * is attached, every syscall on the machine runs every program attached to
  * it, so each extra program is a fixed cost per syscall of every process;
- * one switch on the syscall number decides here which concern (if any) a
- * call concerns, and one task-storage record per thread (bpf/call_state.bpf.h)
- * serves all of them. The same goes for sched_switch, which runs on every
+ * one switch on the syscall number (ht_syscall_class, generated from the
+ * architecture's syscall table in hangtrace/syscall_dispatch.h) decides here
+ * which concern (if any) a call concerns, and one task-storage record per
+ * thread (bpf/call_state.bpf.h) serves all of them. The same goes for sched_switch, which runs on every
  * context switch of the machine.
  *
  * Hooks: sys_enter/sys_exit (raw_syscalls), not per-syscall tracepoints:
@@ -45,8 +46,10 @@
 #include "blocking.bpf.h"
 #include "call_state.bpf.h"
 #include "futex.bpf.h"
+#include "hangtrace/syscall_dispatch.h"
 #include "live_maps.bpf.h"
 #include "shm_calls.bpf.h"
+#include "uapi.bpf.h"
 
 /* Calls are tracked from sys_enter (every call, even one that never sleeps,
  * is streamed: min_block_ns 0; sys_enter is loaded only then) or from their
@@ -57,102 +60,17 @@ static __always_inline bool call_current(struct call_state* s) {
   return s->in_call && s->epoch == hooks_epoch;
 }
 
-/* What a syscall is to the dispatcher (bit set). */
-#define C_FUTEX 1       /* futex, futex_waitv, futex_wait */
-#define C_FD 2          /* blocking, args[0] is an fd */
-#define C_NOFD 4        /* blocking, no fd argument */
-#define C_SHM 8         /* a /dev/shm call: looked at on exit */
-#define C_SHM_ENOSPC 16 /* the write family: a /dev/shm call only when it fails with ENOSPC */
-/* What a blocking call waits for, for the histograms (the rest is fd I/O). */
-#define C_NET 32
-#define C_POLL 64
-#define C_CHILD 128
-#define C_SLEEP 256
-
-/* The one switch every syscall of the machine goes through; the common
- * answer is 0. Blocking-call numbers are x86_64's (the ABI's numbering, see
- * abi.h); other arches get the futex and shm concerns. */
-static __always_inline __u32 classify(__s64 nr) {
-  switch (nr) {
-    case NR_futex:
-    case NR_futex_waitv:
-    case NR_futex_wait:
-      return C_FUTEX;
-    case NR_WRITE:
-    case NR_PWRITE64:
-    case NR_WRITEV:
-    case NR_PWRITEV:
-    case NR_PWRITEV2:
-#if defined(bpf_target_x86)
-      return C_FD | C_SHM_ENOSPC;
-#else
-      return C_SHM_ENOSPC;
-#endif
-    case NR_OPEN:
-    case NR_CREAT:
-    case NR_OPENAT:
-    case NR_OPENAT2:
-    case NR_FTRUNCATE:
-    case NR_TRUNCATE:
-    case NR_FALLOCATE:
-    case NR_MMAP:
-    case NR_UNLINK:
-    case NR_UNLINKAT:
-      return C_SHM;
-#if defined(bpf_target_x86)
-    case 0:   /* read */
-    case 17:  /* pread64 */
-    case 19:  /* readv */
-    case 295: /* preadv */
-    case 327: /* preadv2 */
-      return C_FD;
-    case 42:  /* connect */
-    case 43:  /* accept */
-    case 288: /* accept4 */
-    case 44:  /* sendto */
-    case 45:  /* recvfrom */
-    case 46:  /* sendmsg */
-    case 47:  /* recvmsg */
-    case 299: /* recvmmsg */
-    case 307: /* sendmmsg */
-      return C_FD | C_NET;
-    case 232: /* epoll_wait */
-    case 281: /* epoll_pwait */
-    case 441: /* epoll_pwait2 */
-      return C_FD | C_POLL;
-    case 7:   /* poll */
-    case 271: /* ppoll */
-    case 23:  /* select */
-    case 270: /* pselect6 */
-      return C_NOFD | C_POLL;
-    case 61:  /* wait4 */
-    case 247: /* waitid */
-      return C_NOFD | C_CHILD;
-    case 35:  /* nanosleep */
-    case 230: /* clock_nanosleep */
-      return C_NOFD | C_SLEEP;
-#endif
-    default:
-      return 0;
-  }
-}
-
 static __always_inline __u8 wait_kind_of(struct call_state* s) {
   if (s->kind == CALL_FUTEX_WAIT) return HT_WAIT_FUTEX;
-  __u32 c = classify(s->nr);
-  if (c & C_NET) return HT_WAIT_NET;
-  if (c & C_POLL) return HT_WAIT_POLL;
-  if (c & C_CHILD) return HT_WAIT_CHILD;
-  if (c & C_SLEEP) return HT_WAIT_SLEEP;
-  return HT_WAIT_IO;
+  return ht_blocking_wait_kind(ht_syscall_class(s->nr));
 }
 
 static __always_inline int on_sys_enter(struct pt_regs* regs, __s64 nr, bool btf) {
-  __u32 c = classify(nr);
-  if (c & C_FUTEX) {
+  __u32 c = ht_syscall_class(nr);
+  if (c & HT_CLASS_FUTEX) {
     if (trace_futex) futex_enter(regs, nr, btf);
-  } else if (c & (C_FD | C_NOFD)) {
-    if (trace_blocking) blocking_enter(regs, nr, c & C_FD, btf);
+  } else if (c & (HT_CLASS_FD | HT_CLASS_NOFD)) {
+    if (trace_blocking) blocking_enter(regs, nr, c & HT_CLASS_FD, btf);
   }
   return 0;
 }
@@ -181,9 +99,9 @@ static __always_inline void finish_call(void* ctx, struct task_struct* t, struct
 
 static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret, bool btf) {
   __s64 nr = HT_SC_NR(regs, btf);
-  __u32 c = classify(nr);
+  __u32 c = ht_syscall_class(nr);
   if (!c) return 0;
-  if (c & (C_FUTEX | C_FD | C_NOFD)) {
+  if (c & (HT_CLASS_FUTEX | HT_CLASS_FD | HT_CLASS_NOFD)) {
     struct task_struct* t = bpf_get_current_task_btf();
     struct call_state* s = call_maybe_in_progress(t->pid) ? call_state_of(t) : NULL;
     if (s && s->in_call) {
@@ -192,11 +110,11 @@ static __always_inline int on_sys_exit(void* ctx, struct pt_regs* regs, long ret
         finish_call(ctx, t, s, ret, btf);
       else
         call_mark_ended(s);
-    } else if ((c & C_FUTEX) && trace_futex && nr == NR_futex) {
+    } else if ((c & HT_CLASS_FUTEX) && trace_futex && nr == HT_NR_futex) {
       futex_exit_wake(t, regs, ret, btf);
     }
   }
-  if (trace_shm_calls && ((c & C_SHM) || ((c & C_SHM_ENOSPC) && ret == -ENOSPC)))
+  if (trace_shm_calls && ((c & HT_CLASS_SHM) || ((c & HT_CLASS_SHM_ENOSPC) && ret == -ENOSPC)))
     shm_calls_exit(regs, nr, ret, btf);
   return 0;
 }
@@ -216,25 +134,25 @@ static __always_inline int on_sched_switch(void* ctx, bool preempt, struct task_
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
   if (!regs || !HT_SC_RUNNING(regs, true)) return 0;
   __s64 nr = HT_SC_NR(regs, true);
-  __u32 c = classify(nr);
-  if (!(c & (C_FUTEX | C_FD | C_NOFD))) return 0;
+  __u32 c = ht_syscall_class(nr);
+  if (!(c & (HT_CLASS_FUTEX | HT_CLASS_FD | HT_CLASS_NOFD))) return 0;
   struct call_state* s = call_state_of(t);
   if (s && call_current(s)) {
     if (s->slept) return 0;
   } else {
     if (s && s->in_call) call_mark_ended(s); /* left over from before the hooks were detached */
     if (calls_from_entry) return 0;
-    if (c & C_FUTEX) {
+    if (c & HT_CLASS_FUTEX) {
       if (!trace_futex || !futex_call_waits(regs, nr, true)) return 0;
     } else if (!trace_blocking) {
       return 0;
     }
     if (!s) s = traced_call_state(t);
     if (!s) return 0;
-    if (c & C_FUTEX)
+    if (c & HT_CLASS_FUTEX)
       futex_begin(s, regs, nr, true);
     else
-      blocking_begin(s, regs, nr, c & C_FD, true);
+      blocking_begin(s, regs, nr, c & HT_CLASS_FD, true);
   }
   s->slept = 1;
   s->ts_ns = call_clock_leaving_cpu(t);

@@ -12,14 +12,7 @@
 
 #include "hangtrace/abi.h"
 #include "sched_clock.bpf.h"
-#include "task_snapshot.bpf.h"
-
-#define PF_EXITING 0x00000004
-#define PF_KTHREAD 0x00200000
-#define TASK_RUNNING 0
-
-/* When false every task on the system is emitted (not used by hangtrace yet). */
-const volatile bool filter_by_tgid = true;
+#include "syscall_regs.bpf.h"
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -61,26 +54,32 @@ static __always_inline void fill_unwind_regs(struct pt_regs* regs, struct ht_tas
   rec->user_regs[14] = BPF_CORE_READ(regs, r14);
   rec->user_regs[15] = BPF_CORE_READ(regs, r15);
   rec->user_regs[16] = BPF_CORE_READ(regs, ip);
-  rec->user_machine = 62; /* EM_X86_64 */
+  rec->user_machine = HT_EM_X86_64;
   rec->user_nregs = HT_USER_REGS_X86_64;
 #elif defined(bpf_target_arm64)
   /* x0..x30, sp and pc sit back to back in pt_regs (struct user_pt_regs). */
   if (bpf_core_read(rec->user_regs, 31 * sizeof(__u64), &regs->regs) != 0) return;
   rec->user_regs[31] = BPF_CORE_READ(regs, sp);
   rec->user_regs[32] = BPF_CORE_READ(regs, pc);
-  rec->user_machine = 183; /* EM_AARCH64 */
+  rec->user_machine = HT_EM_AARCH64;
   rec->user_nregs = HT_USER_REGS_ARM64;
 #endif
 }
 
 /* The six syscall arguments from the saved registers. */
 static __always_inline void read_syscall_args(struct pt_regs* regs, __u64* args) {
-  args[0] = HT_SYSCALL_ARG1_CORE(regs);
-  args[1] = PT_REGS_PARM2_CORE(regs);
-  args[2] = PT_REGS_PARM3_CORE(regs);
-  args[3] = HT_SYSCALL_ARG4_CORE(regs);
-  args[4] = HT_SYSCALL_ARG5_CORE(regs);
-  args[5] = HT_SYSCALL_ARG6_CORE(regs);
+  args[0] = HT_SC_ARG1(regs, false);
+  args[1] = HT_SC_ARG2(regs, false);
+  args[2] = HT_SC_ARG3(regs, false);
+  args[3] = HT_SC_ARG4(regs, false);
+  args[4] = HT_SC_ARG5(regs, false);
+  args[5] = HT_SC_ARG6(regs, false);
+}
+
+/* on_cpu only exists on CONFIG_SMP kernels. */
+static __always_inline bool ht_task_on_cpu(struct task_struct* t) {
+  if (bpf_core_field_exists(t->on_cpu)) return BPF_CORE_READ(t, on_cpu) != 0;
+  return false;
 }
 
 /*
@@ -91,7 +90,7 @@ static __always_inline void read_syscall_args(struct pt_regs* regs, __u64* args)
  * different clock; exec_start is clock_task (steal-skewed).
  */
 static __always_inline bool task_running(struct task_struct* t, __u32 state, __u64* off_cpu_ns) {
-  if (ht_task_on_cpu(t) || (state == TASK_RUNNING && BPF_CORE_READ(t, on_rq) != 0)) return true;
+  if (ht_task_on_cpu(t) || (state == HT_TASK_STATE_RUNNING && BPF_CORE_READ(t, on_rq) != 0)) return true;
   struct task_struct* cur = bpf_get_current_task_btf();
   __u64 since = ht_task_sched_clock(t);
   __u64 now = ht_task_sched_clock(cur);
@@ -101,7 +100,7 @@ static __always_inline bool task_running(struct task_struct* t, __u32 state, __u
 
 static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task_record* rec) {
   /* A kthread's pt_regs slot holds nothing it ever executed in user mode. */
-  if (rec->task_flags & PF_KTHREAD) return;
+  if (rec->task_flags & HT_PF_KTHREAD) return;
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
   if (!regs) return;
   /*
@@ -112,7 +111,7 @@ static __always_inline void fill_user_regs(struct task_struct* t, struct ht_task
    * syscall.
    */
   __s64 nr;
-  if (HT_SYSCALL_NR_CORE_INTO(&nr, regs) != 0) return;
+  if (HT_SC_NR_READ(&nr, regs) != 0) return;
   rec->syscall_nr = nr;
   rec->user_ip = PT_REGS_IP_CORE(regs);
   rec->user_sp = PT_REGS_SP_CORE(regs);
@@ -132,7 +131,7 @@ int ht_task_snapshot(struct bpf_iter__task* ctx) {
     return 0;
 
   __u32 tgid = BPF_CORE_READ(t, tgid);
-  if (filter_by_tgid && !bpf_map_lookup_elem(&target_tgids, &tgid)) return 0;
+  if (!bpf_map_lookup_elem(&target_tgids, &tgid)) return 0;
 
   struct ht_task_record* rec = bpf_map_lookup_elem(&scratch, &zero);
   if (!rec) return 0;
@@ -143,7 +142,7 @@ int ht_task_snapshot(struct bpf_iter__task* ctx) {
   rec->tid = BPF_CORE_READ(t, pid);
   rec->tgid = tgid;
   rec->ppid = BPF_CORE_READ(t, real_parent, tgid);
-  rec->state = ht_task_state(t);
+  rec->state = BPF_CORE_READ(t, __state);
   rec->exit_state = BPF_CORE_READ(t, exit_state);
   rec->task_flags = BPF_CORE_READ(t, flags);
   rec->nvcsw = BPF_CORE_READ(t, nvcsw);
@@ -153,8 +152,8 @@ int ht_task_snapshot(struct bpf_iter__task* ctx) {
   rec->syscall_nr = -1;
   BPF_CORE_READ_STR_INTO(&rec->comm, t, comm);
 
-  if (rec->task_flags & PF_KTHREAD) rec->sample_flags |= HT_TASK_KTHREAD;
-  if (rec->task_flags & PF_EXITING) rec->sample_flags |= HT_TASK_EXITING;
+  if (rec->task_flags & HT_PF_KTHREAD) rec->sample_flags |= HT_TASK_KTHREAD;
+  if (rec->task_flags & HT_PF_EXITING) rec->sample_flags |= HT_TASK_EXITING;
 
   if (task_running(t, rec->state, &rec->off_cpu_ns)) rec->sample_flags |= HT_TASK_ON_CPU;
 
@@ -186,16 +185,16 @@ int ht_task_brief(struct bpf_iter__task* ctx) {
   __u32 zero = 0;
   if (!t) return 0;
   __u32 tgid = BPF_CORE_READ(t, tgid);
-  if (filter_by_tgid && !bpf_map_lookup_elem(&target_tgids, &tgid)) return 0;
+  if (!bpf_map_lookup_elem(&target_tgids, &tgid)) return 0;
   __u32 flags = BPF_CORE_READ(t, flags);
-  if (flags & (PF_KTHREAD | PF_EXITING)) return 0;
+  if (flags & (HT_PF_KTHREAD | HT_PF_EXITING)) return 0;
   struct ht_task_brief* rec = bpf_map_lookup_elem(&brief_scratch, &zero);
   if (!rec) return 0;
   __builtin_memset(rec, 0, sizeof(*rec));
   rec->abi_version = HT_ABI_VERSION;
   rec->tid = BPF_CORE_READ(t, pid);
   rec->tgid = tgid;
-  rec->state = ht_task_state(t);
+  rec->state = BPF_CORE_READ(t, __state);
   rec->nvcsw = BPF_CORE_READ(t, nvcsw);
   rec->sum_exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
   rec->syscall_nr = -1;
@@ -205,7 +204,7 @@ int ht_task_brief(struct bpf_iter__task* ctx) {
     struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(t);
     __s64 nr;
     /* As in fill_user_regs: trust the registers only if one read worked. */
-    if (regs && HT_SYSCALL_NR_CORE_INTO(&nr, regs) == 0) {
+    if (regs && HT_SC_NR_READ(&nr, regs) == 0) {
       rec->syscall_nr = nr;
       read_syscall_args(regs, rec->syscall_args);
       rec->sample_flags |= HT_TASK_HAS_USER_REGS;

@@ -11,9 +11,9 @@
 #include <bpf/bpf_helpers.h>
 
 #include "live_maps.bpf.h"
+#include "uapi.bpf.h"
 
 #define TMPFS_MAGIC 0x01021994
-#define ENOSPC 28
 
 /* Set from userspace: sysconf(_SC_PAGESIZE) as a shift (vm_pgoff units). */
 const volatile __u32 page_shift = 12;

@@ -1,13 +1,14 @@
 # CO-RE BPF objects: clang -target bpf, then bpftool gen skeleton.
 # vmlinux.h comes from the running kernel's BTF; without BTF the committed
-# x86_64 copy is used (CO-RE relocates it on the target kernel anyway).
+# copy for the architecture (bpf/vmlinux/<arch>/) is used (CO-RE relocates it
+# on the target kernel anyway). CMakeLists.txt accepts x86_64 alone.
 find_program(BPFTOOL_EXE NAMES bpftool PATHS /usr/sbin /usr/local/sbin REQUIRED)
 find_program(BPF_CLANG_EXE NAMES clang clang-14 clang-15 clang-16 REQUIRED)
 
 set(HANGTRACE_BPF_OUT_DIR ${CMAKE_BINARY_DIR}/bpf)
 file(MAKE_DIRECTORY ${HANGTRACE_BPF_OUT_DIR})
 set(HANGTRACE_VMLINUX_H ${HANGTRACE_BPF_OUT_DIR}/vmlinux.h)
-set(HANGTRACE_VMLINUX_FALLBACK ${PROJECT_SOURCE_DIR}/bpf/vmlinux/x86_64/vmlinux.h)
+set(HANGTRACE_VMLINUX_FALLBACK ${PROJECT_SOURCE_DIR}/bpf/vmlinux/${CMAKE_SYSTEM_PROCESSOR}/vmlinux.h)
 
 # A script rather than an inline `sh -c`: CMake would split the command at
 # its semicolons.
@@ -19,7 +20,7 @@ if [ -r /sys/kernel/btf/vmlinux ] && \"${BPFTOOL_EXE}\" btf dump file /sys/kerne
   mv \"$out.tmp\" \"$out\"
 else
   rm -f \"$out.tmp\"
-  echo 'hangtrace: no kernel BTF at build time, using the committed x86_64 vmlinux.h'
+  echo 'hangtrace: no kernel BTF at build time, using the committed ${CMAKE_SYSTEM_PROCESSOR} vmlinux.h'
   cp \"$fallback\" \"$out\"
 fi
 ")
@@ -30,14 +31,11 @@ add_custom_command(
   COMMENT "Generating vmlinux.h"
   VERBATIM)
 
-execute_process(COMMAND uname -m OUTPUT_VARIABLE _ht_arch OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(_ht_arch STREQUAL "x86_64")
-  set(HANGTRACE_BPF_ARCH x86)
-elseif(_ht_arch STREQUAL "aarch64")
-  set(HANGTRACE_BPF_ARCH arm64)
-else()
-  set(HANGTRACE_BPF_ARCH ${_ht_arch})
-endif()
+# libbpf's name for the architecture (bpf_tracing.h: __TARGET_ARCH_x86), which
+# also picks the syscall table (hangtrace/syscall_nr.h). arm64 would be
+# aarch64 -> arm64.
+set(HANGTRACE_BPF_ARCH_x86_64 x86)
+set(HANGTRACE_BPF_ARCH ${HANGTRACE_BPF_ARCH_${CMAKE_SYSTEM_PROCESSOR}})
 
 # libbpf's usdt.bpf.h includes <linux/errno.h>, which wants <asm/errno.h>
 # from the host's multiarch directory; -target bpf does not look there.
@@ -52,16 +50,18 @@ function(hangtrace_bpf_object src out_skel)
   get_filename_component(name ${src} NAME_WE)   # task_snapshot.bpf.c -> task_snapshot
   set(obj ${HANGTRACE_BPF_OUT_DIR}/${name}.bpf.o)
   set(skel ${HANGTRACE_BPF_OUT_DIR}/${name}.skel.h)
-  file(GLOB bpf_headers ${PROJECT_SOURCE_DIR}/bpf/*.bpf.h)
   add_custom_command(
     OUTPUT ${obj}
     # -mcpu=v3: atomic exchange (the wake batches' flush) needs it; the
     # kernels these programs load on (bpf_task_pt_regs: 5.15+) all have it.
+    # -MD: the headers it includes (bpf/*.bpf.h, include/hangtrace/...) are
+    # its dependencies.
     COMMAND ${BPF_CLANG_EXE} -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_${HANGTRACE_BPF_ARCH}
             -I${HANGTRACE_BPF_OUT_DIR} -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/bpf
             ${HANGTRACE_BPF_SYS_INCLUDES}
-            -Wall -Werror -c ${src} -o ${obj}
-    DEPENDS ${src} ${HANGTRACE_VMLINUX_H} ${bpf_headers} ${PROJECT_SOURCE_DIR}/include/hangtrace/abi.h
+            -Wall -Werror -MD -MF ${obj}.d -c ${src} -o ${obj}
+    DEPENDS ${src} ${HANGTRACE_VMLINUX_H}
+    DEPFILE ${obj}.d
     COMMENT "BPF ${name}.bpf.c")
   add_custom_command(
     OUTPUT ${skel}

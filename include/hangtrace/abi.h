@@ -3,6 +3,7 @@
  * The one ABI shared by the BPF programs (bpf/<concern>.bpf.c) and the C++ side.
  * Fixed-width types only, explicit padding, units in the field comments.
  * The C++ side static_asserts the layout (see userspace/collect/task_iter.cpp).
+ * Syscall numbers are the architecture's table's (hangtrace/syscall_nr.h).
  */
 #ifndef HANGTRACE_ABI_H
 #define HANGTRACE_ABI_H
@@ -27,11 +28,27 @@
 #define HT_USER_REGS_X86_64 17
 #define HT_USER_REGS_ARM64 33
 
+/*
+ * Kernel-internal values the task records carry raw (include/linux/sched.h:
+ * no uapi header has them, and BTF has no macros), for both sides.
+ */
+#define HT_TASK_STATE_RUNNING 0x0000u         /* ht_task_record.state: TASK_RUNNING */
+#define HT_TASK_STATE_INTERRUPTIBLE 0x0001u   /* TASK_INTERRUPTIBLE */
+#define HT_TASK_STATE_UNINTERRUPTIBLE 0x0002u /* TASK_UNINTERRUPTIBLE */
+#define HT_PF_EXITING 0x00000004u             /* ht_task_record.task_flags: PF_EXITING */
+#define HT_PF_KTHREAD 0x00200000u             /* PF_KTHREAD */
+
+/* ht_task_record.user_machine: ELF e_machine values (<elf.h>, which BPF C
+ * cannot include beside vmlinux.h; userspace/collect/task_iter.cpp
+ * static_asserts them against it). */
+#define HT_EM_X86_64 62
+#define HT_EM_AARCH64 183
+
 /* Bits of ht_task_record.sample_flags. */
 #define HT_TASK_ON_CPU 0x1u        /* task was running on a CPU when sampled */
 #define HT_TASK_HAS_USER_REGS 0x2u /* user_* and syscall_* fields are valid */
-#define HT_TASK_KTHREAD 0x4u       /* PF_KTHREAD */
-#define HT_TASK_EXITING 0x8u       /* PF_EXITING */
+#define HT_TASK_KTHREAD 0x4u       /* HT_PF_KTHREAD */
+#define HT_TASK_EXITING 0x8u       /* HT_PF_EXITING */
 
 /*
  * One record per task (thread) of a traced process, written by the task
@@ -42,9 +59,9 @@ struct ht_task_record {
   __u32 tid;                   /* task->pid (global namespace) */
   __u32 tgid;                  /* task->tgid (global namespace) */
   __u32 ppid;                  /* task->real_parent->tgid */
-  __u32 state;                 /* task->__state bits (TASK_INTERRUPTIBLE=1, ...) */
+  __u32 state;                 /* task->__state bits (HT_TASK_STATE_*, ...) */
   __u32 exit_state;            /* task->exit_state (EXIT_ZOMBIE=0x20, ...) */
-  __u32 task_flags;            /* task->flags (PF_*) */
+  __u32 task_flags;            /* task->flags (PF_*: HT_PF_*, ...) */
   __u32 sample_flags;          /* HT_TASK_* */
   __u64 off_cpu_ns;            /* ns since the task last left a CPU (scheduler
                                   clock: sched_info.last_arrival + last slice); 0
@@ -56,7 +73,7 @@ struct ht_task_record {
   __u64 user_ip;               /* user-mode instruction pointer (pt_regs) */
   __u64 user_sp;               /* user-mode stack pointer */
   __u64 user_bp;               /* user-mode frame pointer (rbp) */
-  __s64 syscall_nr;            /* orig_ax; -1 when not in a syscall */
+  __s64 syscall_nr;            /* orig_ax: HT_NR_*; -1 when not in a syscall */
   __u64 syscall_args[6];       /* di, si, dx, r10, r8, r9 */
   __s32 kstack_frames;         /* frames in kstack, or -errno from bpf_get_task_stack */
   __u32 wchan_pad;             /* explicit padding, always 0 */
@@ -64,8 +81,7 @@ struct ht_task_record {
   char comm[HT_COMM_LEN];      /* task->comm */
   /* The full user register set (valid with HT_TASK_HAS_USER_REGS), for
      unwinding the user stack without frame pointers. */
-  __u16 user_machine;                /* ELF e_machine of user_regs (EM_X86_64 = 62,
-                                        EM_AARCH64 = 183); 0 when absent */
+  __u16 user_machine;                /* ELF e_machine of user_regs (HT_EM_*); 0 when absent */
   __u16 user_nregs;                  /* user_regs entries in use */
   __u32 user_regs_pad;               /* explicit padding, always 0 */
   __u64 user_regs[HT_MAX_USER_REGS]; /* DWARF order, see HT_MAX_USER_REGS */
@@ -87,7 +103,7 @@ struct ht_task_brief {
   __u64 off_cpu_ns;      /* ns since the task last left a CPU; 0 when on CPU */
   __u64 sum_exec_ns;     /* se.sum_exec_runtime, ns on CPU in total */
   __u64 nvcsw;           /* voluntary context switches */
-  __s64 syscall_nr;      /* orig_ax; -1 when not in a syscall */
+  __s64 syscall_nr;      /* orig_ax: HT_NR_*; -1 when not in a syscall */
   __u64 syscall_args[6]; /* di, si, dx, r10, r8, r9 */
 };
 
@@ -138,8 +154,12 @@ struct ht_proc_event {
   __u32 parent_tgid; /* fork: the parent; exit: real_parent */
   __u32 child_tgid;  /* fork: the new process (0 for a new thread) */
   __s32 exit_code;   /* exit: task->exit_code (status << 8 | signal) */
-  __u32 flags;       /* exit: 1 = whole process (group leader and last thread) */
+  __u32 flags;       /* exit: HT_PROC_WHOLE_PROCESS */
 };
+
+/* ht_proc_event.flags of an exit: the whole process ended (its group leader
+ * and last thread), not just one thread. */
+#define HT_PROC_WHOLE_PROCESS 0x1u
 
 struct ht_signal_event {
   struct ht_event_header hdr; /* the receiver */
@@ -177,6 +197,30 @@ struct ht_futex_event {
 };
 
 /*
+ * futex(2) commands (op & HT_FUTEX_CMD_MASK) and op flags: the uapi values of
+ * <linux/futex.h>, which BPF C cannot include beside vmlinux.h. The C++ side
+ * uses <linux/futex.h> and static_asserts these against it
+ * (userspace/core/syscalls.cpp).
+ */
+enum ht_futex_cmd {
+  HT_FUTEX_WAIT = 0,
+  HT_FUTEX_WAKE = 1,
+  HT_FUTEX_REQUEUE = 3,
+  HT_FUTEX_CMP_REQUEUE = 4,
+  HT_FUTEX_WAKE_OP = 5,
+  HT_FUTEX_LOCK_PI = 6,
+  HT_FUTEX_UNLOCK_PI = 7,
+  HT_FUTEX_WAIT_BITSET = 9,
+  HT_FUTEX_WAKE_BITSET = 10,
+  HT_FUTEX_WAIT_REQUEUE_PI = 11,
+  HT_FUTEX_CMP_REQUEUE_PI = 12,
+  HT_FUTEX_LOCK_PI2 = 13,
+};
+#define HT_FUTEX_PRIVATE_FLAG 128u
+#define HT_FUTEX_CLOCK_REALTIME 256u
+#define HT_FUTEX_CMD_MASK (~(HT_FUTEX_PRIVATE_FLAG | HT_FUTEX_CLOCK_REALTIME))
+
+/*
  * ht_futex_event.op for the two syscalls that take no futex(2) op word (bits
  * no futex(2) op uses): futex_waitv is HT_FUTEX_OP_WAITV | flags (uaddr: the
  * first waiter's), futex_wait(2) is HT_FUTEX_OP_WAIT2 | flags (FUTEX2_*).
@@ -197,7 +241,7 @@ enum ht_obj_kind {
 
 struct ht_syscall_event {
   struct ht_event_header hdr;
-  __s64 nr; /* x86_64 syscall number */
+  __s64 nr; /* syscall number: HT_NR_* (hangtrace/syscall_nr.h) */
   __s64 ret;
   __u64 duration_ns; /* blocked: first sleep -> exit, 0 if it never slept */
   __s32 fd;          /* the fd argument, -1 if none */

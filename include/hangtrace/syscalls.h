@@ -1,14 +1,21 @@
-// Decoding of the blocking syscalls hangtrace understands (x86_64 numbering).
+// Decoding of the blocking syscalls hangtrace understands. Numbers are
+// HT_NR_<name> (hangtrace/syscall_nr.h): the architecture's one syscall
+// table, which also gives each call its name and WaitClass here.
 #pragma once
+
+#include <linux/futex.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "hangtrace/syscall_nr.h"
+
 namespace hangtrace {
 
-// What a blocked syscall waits for, before any object is resolved.
+// What a blocked syscall waits for, before any object is resolved. The
+// enumerators are the `wait` column of the syscall table.
 enum class WaitClass {
   None,       // not a waiting syscall (or not in a syscall)
   Futex,      // futex, futex_waitv, futex_wait
@@ -26,11 +33,15 @@ enum class WaitClass {
 };
 
 const char* wait_class_name(WaitClass c);
+// Whether a call of this class waits on the fd in its args[0] (read, send,
+// accept, epoll_wait, ...).
+bool wait_class_takes_fd(WaitClass c);
 
 struct SyscallDesc {
   int64_t nr = -1;
   std::string name;  // "futex", "read", ... or "syscall_N"
   WaitClass wait = WaitClass::None;
+  int wait_kind = -1;  // enum ht_wait_kind its waits are counted under; -1: not a counted wait
 };
 
 SyscallDesc describe_syscall(int64_t nr);
@@ -50,9 +61,9 @@ struct FutexOp {
 FutexOp decode_futex_op(uint32_t op);
 
 // The futex word of a PI futex (and of robust mutexes) carries the owner TID.
-constexpr uint32_t kFutexTidMask = 0x3fffffff;
-constexpr uint32_t kFutexWaiters = 0x80000000;
-constexpr uint32_t kFutexOwnerDied = 0x40000000;
+constexpr uint32_t kFutexTidMask = FUTEX_TID_MASK;
+constexpr uint32_t kFutexWaiters = FUTEX_WAITERS;
+constexpr uint32_t kFutexOwnerDied = FUTEX_OWNER_DIED;
 
 // Where in the args the syscall keeps its timeout, to be read from memory.
 struct TimeoutArg {

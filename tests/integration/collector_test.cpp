@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "hangtrace/syscall_nr.h"
 #include "support.h"
 
 namespace hangtrace {
@@ -25,10 +26,10 @@ using ::hangtrace::testing::repro_path;
 using ::hangtrace::testing::wait_until_blocked;
 using ::hangtrace::testing::Workload;
 
-constexpr int64_t kSysRead = 0;
-constexpr int64_t kSysPoll = 7;
-constexpr int64_t kSysRecvfrom = 45;
-constexpr int64_t kSysFutex = 202;
+constexpr int64_t kSysRead = HT_NR_read;
+constexpr int64_t kSysPoll = HT_NR_poll;
+constexpr int64_t kSysRecvfrom = HT_NR_recvfrom;
+constexpr int64_t kSysFutex = HT_NR_futex;
 
 // "READY parent=12 child=34" -> {"parent": "12", "child": "34"}
 std::map<std::string, std::string> ready_fields(const std::string& line) {
@@ -338,7 +339,10 @@ TEST(Collector, TimedFutexSelectAndEpollWaits) {
   auto fields = ready_fields(w.wait_for_line("READY"));
   int pid = field_int(fields, "pid");
   ASSERT_EQ(pid, w.pid()) << "no READY line";
-  ASSERT_EQ(wait_until_blocked(pid, 20s, {34 /*pause*/, 202, 23, 270, 232, 281}), "");
+  ASSERT_EQ(wait_until_blocked(pid, 20s,
+                               {HT_NR_pause, HT_NR_futex, HT_NR_select, HT_NR_pselect6, HT_NR_epoll_wait,
+                                HT_NR_epoll_pwait}),
+            "");
 
   auto snap = collect_snapshot(pid, fast_options());
   ASSERT_TRUE(snap.ok()) << snap.error();
@@ -368,7 +372,7 @@ TEST(Collector, TimedFutexSelectAndEpollWaits) {
   EXPECT_TRUE(futex_mapped) << "the mapping of a waited-on futex is kept";
 
   // select (glibc may issue pselect6): the fd_sets become poll_fds.
-  EXPECT_TRUE(sel->syscall.nr == 23 || sel->syscall.nr == 270) << sel->syscall.nr;
+  EXPECT_TRUE(sel->syscall.nr == HT_NR_select || sel->syscall.nr == HT_NR_pselect6) << sel->syscall.nr;
   int pipe_fd = field_int(fields, "pipe_fd"), full_fd = field_int(fields, "full_fd");
   std::vector<std::pair<int, uint32_t>> expected = {{pipe_fd, 1 /*POLLIN*/}, {full_fd, 4 /*POLLOUT*/}};
   EXPECT_EQ(sel->memory.poll_fds, expected);
@@ -381,7 +385,7 @@ TEST(Collector, TimedFutexSelectAndEpollWaits) {
   EXPECT_EQ(full->queued_bytes, 65536);
 
   // epoll_wait(-1): no timeout; the watched fds are probed.
-  EXPECT_TRUE(ep->syscall.nr == 232 || ep->syscall.nr == 281) << ep->syscall.nr;
+  EXPECT_TRUE(ep->syscall.nr == HT_NR_epoll_wait || ep->syscall.nr == HT_NR_epoll_pwait) << ep->syscall.nr;
   EXPECT_FALSE(ep->memory.timeout_s.has_value());
   const FdEntry* epoll = fd_entry(*p, field_int(fields, "epoll_fd"));
   ASSERT_TRUE(epoll);

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "hangtrace/syscall_nr.h"
 #include "support.h"
 
 namespace hangtrace::testing {
@@ -86,7 +87,7 @@ TEST(DaemonSampled, NoHotHookUntilAJobLooksStuckThenBundleAndDetach) {
   ASSERT_TRUE(recorder.is_object());
   bool long_read = false;
   for (const auto& e : recorder["events"])
-    if (e["type"] == "syscall-block" && e.value("nr", -1) == 0 && e["tid"] == pids[0]) {
+    if (e["type"] == "syscall-block" && e.value("nr", -1) == HT_NR_read && e["tid"] == pids[0]) {
       double d = e["duration_s"].get<double>();
       EXPECT_GE(d, 1.0) << e;
       EXPECT_LE(d, 1.6) << e;

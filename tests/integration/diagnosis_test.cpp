@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hangtrace/syscall_nr.h"
 #include "support.h"
 
 namespace ht = hangtrace::testing;
@@ -22,10 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr long kRead = 0;
-constexpr long kPause = 34;
-constexpr long kWait4 = 61;
-constexpr long kFutex = 202;
+constexpr long kRead = HT_NR_read;
+constexpr long kPause = HT_NR_pause;
+constexpr long kWait4 = HT_NR_wait4;
+constexpr long kFutex = HT_NR_futex;
 
 std::set<int> as_set(const std::vector<int>& v) { return {v.begin(), v.end()}; }
 

@@ -9,7 +9,7 @@
 // `hangtrace --pid --duration` must cite them in its network-wait finding.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/syscall.h>
+#include <netinet/tcp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/syscall_nr.h"
 #include "live_tracer.h"
 #include "support.h"
 
@@ -34,7 +35,7 @@ using namespace std::chrono_literals;
 using ::hangtrace::testing::repro_path;
 using ::hangtrace::testing::Workload;
 
-constexpr int kTcpSynSent = 2;
+constexpr int kTcpSynSent = TCP_SYN_SENT;
 constexpr const char* kRemote = "10.255.0.1";
 constexpr int kRemotePort = 4242;
 
@@ -101,7 +102,7 @@ struct StuckConnect {
     if (pid <= 0 || port <= 0) return "bad READY line: " + ready;
     std::string remote = std::string("remote=") + kRemote + ":" + std::to_string(kRemotePort);
     if (ready.find(remote) == std::string::npos) return "bad READY line: " + ready;
-    return ::hangtrace::testing::wait_until_blocked(pid, 20s, {SYS_connect});
+    return ::hangtrace::testing::wait_until_blocked(pid, 20s, {HT_NR_connect});
   }
 };
 

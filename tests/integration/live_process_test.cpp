@@ -89,7 +89,7 @@ TEST(LiveProcess, FollowsForksAndReportsExitsAndSignalSenders) {
   // The whole-process exit of `tgid`, if seen.
   auto exit_of = [&](int tgid) -> std::optional<ht_proc_event> {
     for (const auto& e : got.of_type<ht_proc_event>(HT_EV_PROC_EXIT)) {
-      if (static_cast<int>(e.hdr.tgid) == tgid && (e.flags & 1)) return e;
+      if (static_cast<int>(e.hdr.tgid) == tgid && (e.flags & HT_PROC_WHOLE_PROCESS)) return e;
     }
     return std::nullopt;
   };
@@ -211,7 +211,7 @@ TEST(LiveProcess, OomVictimInMemoryCgroupCarriesCgroupAndLimit) {
   auto victim = [&]() -> std::vector<ht_oom_event> { return got.of_type<ht_oom_event>(HT_EV_OOM_VICTIM); };
   auto exited = [&] {
     for (const auto& e : got.of_type<ht_proc_event>(HT_EV_PROC_EXIT))
-      if (static_cast<int>(e.hdr.tgid) == pid && (e.flags & 1)) return true;
+      if (static_cast<int>(e.hdr.tgid) == pid && (e.flags & HT_PROC_WHOLE_PROCESS)) return true;
     return false;
   };
   bool complete = poll_until(
@@ -235,7 +235,7 @@ TEST(LiveProcess, OomVictimInMemoryCgroupCarriesCgroupAndLimit) {
             << v[0].memcg_id << ", limit " << v[0].memcg_limit_pages << " pages\n";
 
   for (const auto& e : got.of_type<ht_proc_event>(HT_EV_PROC_EXIT)) {
-    if (static_cast<int>(e.hdr.tgid) == pid && (e.flags & 1)) {
+    if (static_cast<int>(e.hdr.tgid) == pid && (e.flags & HT_PROC_WHOLE_PROCESS)) {
       EXPECT_EQ(e.exit_code & 0x7f, SIGKILL);
     }
   }

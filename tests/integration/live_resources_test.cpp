@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -38,8 +39,9 @@ using namespace std::chrono_literals;
 using ::hangtrace::testing::repro_path;
 using ::hangtrace::testing::Workload;
 
-constexpr int kTcpSynSent = 2, kTcpEstablished = 1, kTcpSynRecv = 3, kTcpFinWait1 = 4, kTcpFinWait2 = 5,
-              kTcpClose = 7, kTcpCloseWait = 8, kTcpLastAck = 9, kTcpListen = 10;
+constexpr int kTcpSynSent = TCP_SYN_SENT, kTcpEstablished = TCP_ESTABLISHED, kTcpSynRecv = TCP_SYN_RECV,
+              kTcpFinWait1 = TCP_FIN_WAIT1, kTcpFinWait2 = TCP_FIN_WAIT2, kTcpClose = TCP_CLOSE,
+              kTcpCloseWait = TCP_CLOSE_WAIT, kTcpLastAck = TCP_LAST_ACK, kTcpListen = TCP_LISTEN;
 
 // A workload with both ends piped: stdout read line by line, stdin written
 // to release it. Its process group is killed on destruction.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/syscall_nr.h"
 #include "live_sched.h"
 #include "live_tracer.h"
 #include "live_records.h"
@@ -40,7 +41,8 @@ using ::hangtrace::testing::repro_path;
 using ::hangtrace::testing::Workload;
 
 constexpr int kRounds = 1000;
-constexpr long kNrRead = 0, kNrWrite = 1, kNrNanosleep = 35, kNrClockNanosleep = 230;
+constexpr long kNrRead = HT_NR_read, kNrWrite = HT_NR_write, kNrNanosleep = HT_NR_nanosleep,
+               kNrClockNanosleep = HT_NR_clock_nanosleep;
 
 // A pipe whose read end a workload inherits (its fd number passed in argv):
 // a line written to it starts the workload's activity.

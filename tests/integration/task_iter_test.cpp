@@ -3,6 +3,7 @@
 #include "task_iter.h"
 
 #include <dirent.h>
+#include <linux/futex.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "hangtrace/abi.h"
 #include "hangtrace/kallsyms.h"
+#include "hangtrace/syscall_nr.h"
 #include "support.h"
 
 namespace hangtrace {
@@ -22,9 +25,9 @@ using namespace std::chrono_literals;
 using ::hangtrace::testing::repro_path;
 using ::hangtrace::testing::Workload;
 
-constexpr uint32_t kTaskInterruptible = 0x1;
-constexpr int64_t kSysRead = 0;     // x86_64
-constexpr int64_t kSysFutex = 202;  // x86_64
+constexpr uint32_t kTaskInterruptible = HT_TASK_STATE_INTERRUPTIBLE;
+constexpr int64_t kSysRead = HT_NR_read;
+constexpr int64_t kSysFutex = HT_NR_futex;
 
 std::string stack_text(const KernelSymbols& syms, const KernelTaskView& v) {
   std::string out;
@@ -108,7 +111,7 @@ TEST(TaskIter, BlockedThreadsReportSyscallStackAndOffCpuTime) {
       saw_futex = true;
       EXPECT_EQ(s.tid, futex_tid);
       EXPECT_EQ(s.syscall_nr, kSysFutex);
-      EXPECT_EQ(s.syscall_args[1], static_cast<uint64_t>(128 /* FUTEX_WAIT_PRIVATE */));
+      EXPECT_EQ(s.syscall_args[1], static_cast<uint64_t>(FUTEX_WAIT_PRIVATE));
       EXPECT_TRUE(stack_has(*syms, v, "futex")) << stack_text(*syms, v);
     }
   }

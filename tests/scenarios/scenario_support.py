@@ -14,7 +14,9 @@ the tests skip with the reason.
 import importlib
 import json
 import os
+import platform
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -28,19 +30,18 @@ WORKLOADS = os.path.join(HERE, "workloads")
 REPO = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"   # the system Python that has torch
 
-# x86_64 syscall numbers the scenarios wait for.
-SYS_READ = 0
-SYS_POLL = 7
-SYS_SELECT = 23
-SYS_ACCEPT = 43
-SYS_RECVFROM = 45
-SYS_WAIT4 = 61
-SYS_FUTEX = 202
-SYS_EPOLL_WAIT = 232
-SYS_PSELECT6 = 270
-SYS_PPOLL = 271
-SYS_ACCEPT4 = 288
-SYS_EPOLL_PWAIT = 281
+
+
+def _syscall_numbers():
+    """{name: number} of the one syscall table, include/hangtrace/arch/<arch>/syscalls.h."""
+    path = os.path.join(REPO, "include", "hangtrace", "arch", platform.machine(), "syscalls.h")
+    with open(path) as f:
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*X\((\w+),\s*(-?\d+),", f.read(), re.M)}
+
+
+# The syscalls the scenarios wait for (clock_nanosleep: time.sleep()).
+SYS_READ, SYS_POLL, SYS_ACCEPT, SYS_ACCEPT4, SYS_RECVFROM, SYS_FUTEX, SYS_CLOCK_NANOSLEEP = (
+    _syscall_numbers()[name] for name in ("read", "poll", "accept", "accept4", "recvfrom", "futex", "clock_nanosleep"))
 
 
 def hangtrace_bin():
@@ -504,8 +505,6 @@ class ScenarioTestCase(unittest.TestCase):
 
 
 # ---- torch.distributed ---------------------------------------------------------------
-
-SYS_CLOCK_NANOSLEEP = 230   # x86_64: time.sleep()
 
 
 def start_gloo_ranks(steps=3):

@@ -11,8 +11,9 @@
 namespace hangtrace {
 namespace {
 
-constexpr int64_t kRead = 0, kPoll = 7, kFutex = 202, kRecvfrom = 45, kWait4 = 61, kNanosleep = 35;
-constexpr uint64_t kWaitBitsetPrivate = 9 | 128, kWaitBitsetShared = 9;
+constexpr int64_t kRead = HT_NR_read, kPoll = HT_NR_poll, kFutex = HT_NR_futex, kRecvfrom = HT_NR_recvfrom,
+                  kWait4 = HT_NR_wait4, kNanosleep = HT_NR_nanosleep;
+constexpr uint64_t kWaitBitsetPrivate = FUTEX_WAIT_BITSET_PRIVATE, kWaitBitsetShared = FUTEX_WAIT_BITSET;
 
 // Little builder for snapshots.
 struct SnapBuilder {

@@ -40,8 +40,8 @@ Snapshot rank_snapshot() {
   k.stack = {{0xffffffff81000100ull, "futex_wait_queue+0x5f"}};
   t.kernel = k;
   t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = 202;     // futex
-  t.syscall.args[1] = 0;  // FUTEX_WAIT
+  t.syscall.nr = HT_NR_futex;
+  t.syscall.args[1] = FUTEX_WAIT;
   t.python_stack = {
       {UserFrame::Kind::Python, "all_reduce", "torch/distributed/distributed_c10d.py", 1536, 0}};
   p.threads.push_back(t);

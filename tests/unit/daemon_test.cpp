@@ -135,7 +135,8 @@ TEST(DaemonHistograms, Log2BucketsFoldIntoPowersOfFour) {
   EXPECT_STREQ(wait_kind_name(HT_WAIT_CHILD), "child");
 }
 
-std::string proc_record(uint32_t type, uint64_t ts, int tgid, int exit_code = 0, uint32_t flags = 1) {
+std::string proc_record(uint32_t type, uint64_t ts, int tgid, int exit_code = 0,
+                        uint32_t flags = HT_PROC_WHOLE_PROCESS) {
   ht_proc_event e{};
   e.hdr.type = type;
   e.hdr.size = sizeof e;

@@ -272,7 +272,7 @@ TEST(Exports, ChromeTraceNamesWaitsFromTheDiagnosis) {
   // A futex wait the analysis can describe.
   ThreadInfo& t = s.processes[0].threads[0];
   t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = 202;  // futex
+  t.syscall.nr = HT_NR_futex;
   t.syscall.args[0] = 0x7f0000001040;
   t.syscall.args[1] = 0x80;  // FUTEX_WAIT_PRIVATE
   Diagnosis d = diagnose(s);

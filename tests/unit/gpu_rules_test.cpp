@@ -15,7 +15,7 @@ namespace hangtrace {
 namespace {
 
 constexpr uint64_t kSec = 1'000'000'000ull;
-constexpr int64_t kFutex = 202;
+constexpr int64_t kFutex = HT_NR_futex;
 
 ThreadInfo blocked_thread(int tid, const std::string& comm, double blocked_s, int64_t nr = kFutex) {
   ThreadInfo t;
@@ -26,7 +26,7 @@ ThreadInfo blocked_thread(int tid, const std::string& comm, double blocked_s, in
   t.syscall.mode = SyscallState::Mode::InSyscall;
   t.syscall.nr = nr;
   t.syscall.args[0] = 0x7f0000001000ull;
-  t.syscall.args[1] = 9 | 128;  // FUTEX_WAIT_BITSET_PRIVATE, no timeout
+  t.syscall.args[1] = FUTEX_WAIT_BITSET_PRIVATE;  // no timeout
   KernelTaskView k;
   k.off_cpu_ns = static_cast<uint64_t>(blocked_s * 1e9);
   t.kernel = k;

@@ -236,7 +236,8 @@ TEST(LiveRules, StuckThreadsSayWhoLastWokeThem) {
   // A worker blocked forever on a private lock, main waiting for it.
   Snapshot s = job_snapshot();
   s.processes[0].threads[0].state = 'S';
-  s.processes[0].threads[0].syscall = {SyscallState::Mode::InSyscall, 61, {200, 0, 0, 0, 0, 0}, 0, 0};
+  s.processes[0].threads[0].syscall = {
+      SyscallState::Mode::InSyscall, HT_NR_wait4, {200, 0, 0, 0, 0, 0}, 0, 0};
   ProcessInfo w;
   w.pid = 200;
   w.ppid = 100;
@@ -246,7 +247,8 @@ TEST(LiveRules, StuckThreadsSayWhoLastWokeThem) {
   ThreadInfo t;
   t.tid = 200;
   t.state = 'S';
-  t.syscall = {SyscallState::Mode::InSyscall, 202, {0x4000, 9 | 128, 0, 0, 0, 0}, 0, 0};
+  t.syscall = {
+      SyscallState::Mode::InSyscall, HT_NR_futex, {0x4000, FUTEX_WAIT_BITSET_PRIVATE, 0, 0, 0, 0}, 0, 0};
   w.threads.push_back(t);
   s.processes.push_back(w);
   Aggregator agg;
@@ -300,7 +302,7 @@ TEST(LiveAggregate, RawHotPathMatchesDecodeAndAdd) {
     k.ret = 1;
     put(k, sizeof k);
     auto sc = record<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, 10, tid, 2000 + i, "x");
-    sc.nr = i % 2 ? 0 : 61;
+    sc.nr = i % 2 ? HT_NR_read : HT_NR_wait4;
     sc.fd = i % 2 ? 3 : -1;
     sc.duration_ns = 7;
     put(sc, sizeof sc);
@@ -375,7 +377,7 @@ TEST(LiveAggregate, BlockedIntervalsKeepTheMostRecentOldestFirst) {
     EXPECT_EQ(q.back().end_ns, 100u * i);
   }
   auto sc = record<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, 1, 1, 600, "x");
-  sc.nr = 0;
+  sc.nr = HT_NR_read;
   sc.fd = 4;
   sc.duration_ns = 50;
   agg.add(decoded(sc));

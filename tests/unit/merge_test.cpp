@@ -16,8 +16,8 @@ constexpr const char* kC10d = "/usr/lib/python3/dist-packages/torch/distributed/
 constexpr const char* kTrain = "/job/train.py";
 constexpr const char* kCmd = "/usr/bin/python3 -u /job/train.py --epochs 3";
 constexpr double kSampled = 1'700'000'000.0;  // 2023-11-14 22:13:20 UTC
-constexpr int64_t kFutex = 202;
-constexpr int64_t kClockNanosleep = 230;
+constexpr int64_t kFutex = HT_NR_futex;
+constexpr int64_t kClockNanosleep = HT_NR_clock_nanosleep;
 
 using testing::py;
 
@@ -31,7 +31,7 @@ ThreadInfo blocked_thread(int tid, double blocked_s, int64_t nr) {
   t.syscall.nr = nr;
   if (nr == kFutex) {
     t.syscall.args[0] = 0x7f0000001000ull;
-    t.syscall.args[1] = 9 | 128;  // FUTEX_WAIT_BITSET_PRIVATE, no timeout
+    t.syscall.args[1] = FUTEX_WAIT_BITSET_PRIVATE;  // no timeout
   }
   KernelTaskView k;
   k.off_cpu_ns = static_cast<uint64_t>(blocked_s * 1e9);

@@ -3,6 +3,7 @@
 // records laid out exactly as bpf/net.bpf.c writes them (abi.h).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/tcp.h>
 
 #include <cstring>
 #include <string>
@@ -15,8 +16,8 @@ namespace hangtrace {
 namespace {
 
 constexpr int kPid = 100;
-constexpr int64_t kConnect = 42;
-constexpr int kSynSent = 2, kEstablished = 1, kClose = 7;
+constexpr int64_t kConnect = HT_NR_connect;
+constexpr int kSynSent = TCP_SYN_SENT, kEstablished = TCP_ESTABLISHED, kClose = TCP_CLOSE;
 
 // The job's main thread has been blocked in connect(fd 3) to 10.255.0.1:4242
 // for a minute; the SYN was never answered.

@@ -1,6 +1,7 @@
 // The /proc parsers, fed with text copied from a real machine (kernel 6.18):
 // short files inline, longer ones under fixtures/procfs/.
 #include "hangtrace/procfs.h"
+#include "hangtrace/syscall_nr.h"
 
 #include <gtest/gtest.h>
 
@@ -158,7 +159,7 @@ TEST(ProcfsSyscall, InSyscall) {
   auto sc = parse_syscall("202 0x7f26d0000ba0 0x189 0x0 0x0 0x0 0xffffffff 0x7f26d7cb8950 0x7f26d82a3f16\n");
   ASSERT_TRUE(sc.ok()) << sc.error();
   EXPECT_EQ(sc->mode, SyscallState::Mode::InSyscall);
-  EXPECT_EQ(sc->nr, 202);
+  EXPECT_EQ(sc->nr, HT_NR_futex);
   EXPECT_EQ(sc->args[0], 0x7f26d0000ba0u);
   EXPECT_EQ(sc->args[1], 0x189u);
   EXPECT_EQ(sc->args[5], 0xffffffffu);

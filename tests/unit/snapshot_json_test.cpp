@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "hangtrace/snapshot_json.h"
+#include "hangtrace/syscall_nr.h"
 
 namespace hangtrace {
 namespace {
@@ -20,7 +21,7 @@ Snapshot sample() {
   t.tid = 10;
   t.state = 'S';
   t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = 202;
+  t.syscall.nr = HT_NR_futex;
   t.syscall.args[0] = 0x7fff00001000;
   t.memory.futex_word = 2;
   t.memory.futex_bytes = {2, 0, 0, 0};

@@ -14,8 +14,9 @@
 namespace hangtrace {
 namespace {
 
-constexpr int64_t kPoll = 7, kFutex = 202, kWait4 = 61, kNanosleep = 35;
-constexpr uint64_t kWaitBitsetPrivate = 9 | 128;
+constexpr int64_t kPoll = HT_NR_poll, kFutex = HT_NR_futex, kWait4 = HT_NR_wait4,
+                  kNanosleep = HT_NR_nanosleep;
+constexpr uint64_t kWaitBitsetPrivate = FUTEX_WAIT_BITSET_PRIVATE;
 constexpr double kSampledAtUnix = 1'700'000'000.0;         // 2023-11-14 22:13:20 UTC
 constexpr uint64_t kSampledAtMono = 5'000'000'000'000ull;  // 5000 s of uptime
 constexpr uint64_t kSecond = 1'000'000'000ull;
@@ -101,7 +102,7 @@ Fixture main_waits_for_stuck_child(std::optional<double> main_blocked, std::opti
   f.thread(100, 102, kNanosleep, {0x7000, 0}, 0.5);  // a timer thread: not part of the hang
   std::vector<uint8_t> sem(32, 0);
   sem[4] = 1;    // one waiter
-  sem[8] = 128;  // private
+  sem[8] = FUTEX_PRIVATE_FLAG;  // private
   ThreadInfo& w = f.thread(200, 200, kFutex, {0x4000, kWaitBitsetPrivate, 0, 0}, child_blocked);
   w.memory.futex_bytes = sem;
   w.memory.futex_word = 0;

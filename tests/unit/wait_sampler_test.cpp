@@ -1,10 +1,13 @@
 #include "hangtrace/wait_sampler.h"
 
 #include <gtest/gtest.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include <cstring>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/syscall_nr.h"
 
 namespace hangtrace {
 namespace {
@@ -33,9 +36,10 @@ TaskBrief running(int tid, uint64_t nvcsw, int tgid = 100) {
   return t;
 }
 
-constexpr int64_t kFutex = 202, kRead = 0, kPoll = 7, kEpollWait = 232, kNanosleep = 35, kWait4 = 61,
-                  kGetpid = 39;
-constexpr uint64_t kFutexWaitPrivate = 128, kFutexWakePrivate = 129, kFutexWaitBitsetPrivate = 137;
+constexpr int64_t kFutex = HT_NR_futex, kRead = HT_NR_read, kPoll = HT_NR_poll, kEpollWait = HT_NR_epoll_wait,
+                  kNanosleep = HT_NR_nanosleep, kWait4 = HT_NR_wait4, kGetpid = SYS_getpid;
+constexpr uint64_t kFutexWaitPrivate = FUTEX_WAIT_PRIVATE, kFutexWakePrivate = FUTEX_WAKE_PRIVATE,
+                   kFutexWaitBitsetPrivate = FUTEX_WAIT_BITSET_PRIVATE;
 
 TEST(ClassifySampledCall, TellsWaitsTheirKindAndWhetherTheyCanTimeOut) {
   uint64_t untimed_futex[6] = {0x1000, kFutexWaitPrivate, 0, 0, 0, 0};

@@ -178,7 +178,7 @@ void Daemon::on_record(const void* data, size_t size) {
       if (size >= sizeof(ht_proc_event)) {
         ht_proc_event e;
         std::memcpy(&e, data, sizeof e);
-        if (!(e.flags & 1)) break;  // a thread, not the whole process
+        if (!(e.flags & HT_PROC_WHOLE_PROCESS)) break;  // a thread, not the whole process
         int status = static_cast<int>(e.exit_code);
         bool oom = job.incident_seen.count({tgid, "oom-kill"}) > 0;
         if (auto how = daemon::exit_incident(status); how && !oom) {

@@ -1,29 +1,29 @@
 #include "fd_probe.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
 
+#include "hangtrace/syscall_nr.h"
+
 namespace hangtrace {
 
 namespace {
 
-// x86_64 numbers; older libc headers lack the SYS_ names.
-constexpr long kSysPidfdOpen = 434;
-constexpr long kSysPidfdGetfd = 438;
-constexpr unsigned kPidfdThread = 0200;  // PIDFD_THREAD (= O_EXCL), Linux 6.9+
+// PIDFD_THREAD (Linux 6.9+), which older <linux/pidfd.h> lack, is O_EXCL.
+constexpr unsigned kPidfdThread = O_EXCL;
 
 }  // namespace
 
 FdProber::FdProber(int pid, int files_tid) {
   // pidfds are always close-on-exec; no flag needed.
-  long fd = files_tid > 0 && files_tid != pid ? syscall(kSysPidfdOpen, files_tid, kPidfdThread)
-                                              : syscall(kSysPidfdOpen, pid, 0);
+  long fd = files_tid > 0 && files_tid != pid ? syscall(HT_NR_pidfd_open, files_tid, kPidfdThread)
+                                              : syscall(HT_NR_pidfd_open, pid, 0);
   if (fd < 0) {
     error_ = fmt::format("failed to open a pidfd for {}: {}", files_tid > 0 ? files_tid : pid,
                          std::strerror(errno));
@@ -39,7 +39,7 @@ FdProber::~FdProber() {
 FdReadiness FdProber::probe(int fd, bool ask_queued_bytes) {
   FdReadiness out;
   if (pidfd_ < 0 || fd < 0) return out;
-  long dup = syscall(kSysPidfdGetfd, pidfd_, fd, 0);
+  long dup = syscall(HT_NR_pidfd_getfd, pidfd_, fd, 0);
   if (dup < 0) return out;
   int copy = static_cast<int>(dup);
   pollfd p{copy, POLLIN | POLLOUT | POLLPRI, 0};

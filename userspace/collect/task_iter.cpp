@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <elf.h>
 #include <fmt/format.h>
 #include <linux/capability.h>
 #include <sys/stat.h>
@@ -56,6 +57,8 @@ static_assert(offsetof(ht_task_brief, off_cpu_ns) == 24);
 static_assert(offsetof(ht_task_brief, syscall_nr) == 48);
 static_assert(offsetof(ht_task_brief, syscall_args) == 56);
 static_assert(HT_USER_REGS_X86_64 <= HT_MAX_USER_REGS && HT_USER_REGS_ARM64 <= HT_MAX_USER_REGS);
+// user_machine: the BPF side's copies of <elf.h>'s values.
+static_assert(HT_EM_X86_64 == EM_X86_64 && HT_EM_AARCH64 == EM_AARCH64);
 static_assert(std::tuple_size_v<decltype(KernelTaskView::user_regs)> == HT_MAX_USER_REGS);
 
 namespace {
@@ -202,7 +205,6 @@ Result<std::string> run_task_iterator(const std::vector<int>& tgids,
   } else {
     s.skel = task_snapshot_bpf__open();
     if (!s.skel) return load_error("open", errno);
-    s.skel->rodata->filter_by_tgid = true;
     uint32_t entries = static_cast<uint32_t>(std::max<size_t>(tgids.size(), 1));
     if (g_keep_loaded) entries = std::max(entries, kKeptTgids);
     if (int err = bpf_map__set_max_entries(s.skel->maps.target_tgids, entries)) {

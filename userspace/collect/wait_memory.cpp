@@ -1,9 +1,11 @@
 #include "wait_memory.h"
 
+#include <linux/futex.h>
 #include <poll.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <map>
 
@@ -14,12 +16,9 @@ namespace hangtrace {
 
 namespace {
 
-constexpr int64_t kSysPoll = 7, kSysPpoll = 271, kSysSelect = 23, kSysPselect6 = 270;
-constexpr int64_t kSysFutex = 202, kSysFutexWaitv = 449, kSysFutexWait = 455, kSysClockNanosleep = 230;
-constexpr uint64_t kMaxPollFds = 1024;      // FD_SETSIZE; a hung job never polls more
-constexpr uint64_t kMaxFutexWaiters = 128;  // FUTEX_WAITV_MAX
+constexpr uint64_t kMaxPollFds = 1024;  // FD_SETSIZE; a hung job never polls more
+constexpr uint64_t kMaxFutexWaiters = FUTEX_WAITV_MAX;
 constexpr size_t kFutexBytes = 32;
-constexpr int kFutexCmdLockPi = 6;
 
 template <class T>
 T load(const std::vector<uint8_t>& bytes, size_t offset) {
@@ -36,15 +35,14 @@ void read_futex(int pid, uint64_t uaddr, WaitMemoryRead& out) {
     out.memory.futex_word = load<uint32_t>(out.memory.futex_bytes, 0);
 }
 
-// struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 __reserved; }
 void read_futex_waitv(int pid, const SyscallState& sc, WaitMemoryRead& out) {
-  constexpr size_t kWaiterSize = 24;
+  constexpr size_t kWaiterSize = sizeof(futex_waitv);
   uint64_t count = std::min<uint64_t>(sc.args[1], kMaxFutexWaiters);
   if (count == 0) return;
   auto waiters = read_process_memory(pid, sc.args[0], count * kWaiterSize);
   if (!waiters) return;
   for (uint64_t i = 0; i < count; ++i) {
-    uint64_t uaddr = load<uint64_t>(*waiters, i * kWaiterSize + 8);
+    uint64_t uaddr = load<uint64_t>(*waiters, i * kWaiterSize + offsetof(futex_waitv, uaddr));
     if (i == 0) {
       read_futex(pid, uaddr, out);
     } else {
@@ -84,16 +82,16 @@ void read_fd_sets(int pid, const SyscallState& sc, WaitMemoryRead& out) {
 // Which clock an absolute timeout of this call is measured on.
 int absolute_timeout_clock(const SyscallState& sc) {
   switch (sc.nr) {
-    case kSysFutex: {
+    case HT_NR_futex: {
       FutexOp op = decode_futex_op(static_cast<uint32_t>(sc.args[1]));
-      if (op.cmd == kFutexCmdLockPi || op.clock_realtime) return CLOCK_REALTIME;
+      if (op.cmd == FUTEX_LOCK_PI || op.clock_realtime) return CLOCK_REALTIME;
       return CLOCK_MONOTONIC;
     }
-    case kSysFutexWaitv:
+    case HT_NR_futex_waitv:
       return static_cast<int>(sc.args[4]);
-    case kSysFutexWait:
+    case HT_NR_futex_wait:
       return static_cast<int>(sc.args[5]);
-    case kSysClockNanosleep:
+    case HT_NR_clock_nanosleep:
       return static_cast<int>(sc.args[0]);
     default:
       return CLOCK_MONOTONIC;
@@ -149,16 +147,16 @@ WaitMemoryRead read_wait_memory(int pid, const SyscallState& sc) {
   SyscallDesc desc = describe_syscall(sc.nr);
   switch (desc.wait) {
     case WaitClass::Futex:
-      if (sc.nr == kSysFutexWaitv)
+      if (sc.nr == HT_NR_futex_waitv)
         read_futex_waitv(pid, sc, out);
       else
         read_futex(pid, sc.args[0], out);
       break;
     case WaitClass::Poll:
-      if (sc.nr == kSysPoll || sc.nr == kSysPpoll) read_pollfds(pid, sc, out);
+      if (sc.nr == HT_NR_poll || sc.nr == HT_NR_ppoll) read_pollfds(pid, sc, out);
       break;
     case WaitClass::Select:
-      if (sc.nr == kSysSelect || sc.nr == kSysPselect6) read_fd_sets(pid, sc, out);
+      if (sc.nr == HT_NR_select || sc.nr == HT_NR_pselect6) read_fd_sets(pid, sc, out);
       break;
     default:
       break;
@@ -170,14 +168,12 @@ WaitMemoryRead read_wait_memory(int pid, const SyscallState& sc) {
 std::vector<int> directly_waited_fds(const SyscallState& sc, const WaitMemory& memory) {
   std::vector<int> fds;
   if (sc.mode != SyscallState::Mode::InSyscall) return fds;
-  switch (describe_syscall(sc.nr).wait) {
-    case WaitClass::FdRead:
-    case WaitClass::FdWrite:
-    case WaitClass::Accept:
-    case WaitClass::Connect:
-    case WaitClass::Epoll:
-      fds.push_back(static_cast<int>(sc.args[0]));
-      break;
+  const WaitClass wait = describe_syscall(sc.nr).wait;
+  if (wait_class_takes_fd(wait)) {
+    fds.push_back(static_cast<int>(sc.args[0]));
+    return fds;
+  }
+  switch (wait) {
     case WaitClass::Poll:
     case WaitClass::Select:
       for (const auto& [fd, events] : memory.poll_fds) {

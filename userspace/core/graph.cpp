@@ -1,6 +1,7 @@
 // Snapshot -> wait-for graph: what each thread waits on, who could release it.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/wait.h>
 
 #include <fmt/format.h>
 
@@ -175,9 +176,9 @@ class GraphBuilder {
 
   // ---- futexes --------------------------------------------------------------
   std::string futex_object(const ProcessInfo& p, const ThreadInfo& t, ThreadWait& w) {
-    const uint64_t uaddr = t.syscall.nr == 449 ? 0 : t.syscall.args[0];
-    FutexOp op = decode_futex_op(t.syscall.nr == 202 ? static_cast<uint32_t>(t.syscall.args[1]) : 0);
-    if (t.syscall.nr == 202 && !op.is_wait) return "";
+    const uint64_t uaddr = t.syscall.nr == HT_NR_futex_waitv ? 0 : t.syscall.args[0];
+    FutexOp op = decode_futex_op(t.syscall.nr == HT_NR_futex ? static_cast<uint32_t>(t.syscall.args[1]) : 0);
+    if (t.syscall.nr == HT_NR_futex && !op.is_wait) return "";
 
     // A futex in a shared mapping is keyed by the backing object, so waits in
     // different processes on one lock meet in one node (as the kernel's
@@ -223,7 +224,7 @@ class GraphBuilder {
         lock_type = "pthread mutex";
         owner = owner_field;
       } else if (*word == 0 && count_or_nwaiters >= 1 && count_or_nwaiters < 1u << 20 &&
-                 (owner_field == 0 || owner_field == 128)) {
+                 (owner_field == 0 || owner_field == FUTEX_PRIVATE_FLAG)) {
         lock_type = "semaphore";
         o.notes.push_back(
             fmt::format("semaphore value 0, {} waiter(s): no owner is recorded", count_or_nwaiters));
@@ -451,10 +452,10 @@ class GraphBuilder {
   // ---- children -------------------------------------------------------------
   std::string child_object(const ProcessInfo& p, const ThreadInfo& t) {
     int which = -1;  // -1: any child
-    if (t.syscall.nr == 61) {
+    if (t.syscall.nr == HT_NR_wait4) {
       which = static_cast<int>(t.syscall.args[0]);
-    } else {  // waitid(idtype, id, ...): P_PID = 1
-      if (t.syscall.args[0] == 1) which = static_cast<int>(t.syscall.args[1]);
+    } else {  // waitid(idtype, id, ...)
+      if (t.syscall.args[0] == P_PID) which = static_cast<int>(t.syscall.args[1]);
     }
     std::string id = which > 0 ? fmt::format("child:{}", which) : fmt::format("children:{}", p.pid);
     WaitObject& o =
@@ -501,7 +502,7 @@ class GraphBuilder {
       w.wait_class = desc.wait;
     }
     w.timeout_s = t.memory.timeout_s;
-    if (t.syscall.nr == 7 && static_cast<int>(t.syscall.args[2]) >= 0 && !w.timeout_s)
+    if (t.syscall.nr == HT_NR_poll && static_cast<int>(t.syscall.args[2]) >= 0 && !w.timeout_s)
       w.timeout_s = static_cast<int>(t.syscall.args[2]) / 1000.0;
 
     switch (t.state) {

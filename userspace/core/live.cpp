@@ -121,7 +121,7 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.parent_tgid = static_cast<int>(r.parent_tgid);
       e.child_tgid = static_cast<int>(r.child_tgid);
       e.exit_code = r.exit_code;
-      e.group_exit = r.flags & 1;
+      e.group_exit = (r.flags & HT_PROC_WHOLE_PROCESS) != 0;
       break;
     }
     case HT_EV_SIGNAL: {

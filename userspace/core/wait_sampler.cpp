@@ -10,42 +10,18 @@ namespace hangtrace {
 
 SampledCall classify_sampled_call(int64_t nr, const uint64_t args[6]) {
   SampledCall c;
+  // The wait kind the syscall table gives the call, as the BPF histograms
+  // count it (hangtrace/syscall_dispatch.h).
   SyscallDesc d = describe_syscall(nr);
-  switch (d.wait) {
-    case WaitClass::Futex:
-      if (nr == 202 && !decode_futex_op(static_cast<uint32_t>(args[1])).is_wait) return c;
-      c.wait_kind = HT_WAIT_FUTEX;
-      break;
-    case WaitClass::FdRead:
-    case WaitClass::FdWrite:
-      c.wait_kind = HT_WAIT_IO;
-      c.fd = static_cast<int>(args[0]);
-      break;
-    case WaitClass::Accept:
-    case WaitClass::Connect:
-      c.wait_kind = HT_WAIT_NET;
-      c.fd = static_cast<int>(args[0]);
-      break;
-    case WaitClass::Poll:
-    case WaitClass::Select:
-      c.wait_kind = HT_WAIT_POLL;
-      break;
-    case WaitClass::Epoll:
-      c.wait_kind = HT_WAIT_POLL;
-      c.fd = static_cast<int>(args[0]);
-      break;
-    case WaitClass::ChildWait:
-      c.wait_kind = HT_WAIT_CHILD;
-      break;
-    case WaitClass::Sleep:
-      c.wait_kind = HT_WAIT_SLEEP;
-      c.timed = true;
-      break;
-    default:
-      return c;  // not a wait the histograms have a kind for
-  }
+  if (d.wait_kind < 0) return c;  // not a wait the histograms have a kind for
+  if (nr == HT_NR_futex && !decode_futex_op(static_cast<uint32_t>(args[1])).is_wait) return c;
+  c.wait_kind = static_cast<uint8_t>(d.wait_kind);
+  if (wait_class_takes_fd(d.wait)) c.fd = static_cast<int>(args[0]);
   c.is_wait = true;
-  if (c.wait_kind == HT_WAIT_SLEEP) return c;
+  if (c.wait_kind == HT_WAIT_SLEEP) {
+    c.timed = true;
+    return c;
+  }
   TimeoutArg t = timeout_arg(nr, args);
   if (t.arg_index >= 0 && t.arg_index < 6) {
     uint64_t v = args[t.arg_index];
@@ -135,9 +111,9 @@ std::string sampled_wait_record(const SampledWait& w, const std::string& comm) {
     header(e.hdr, HT_EV_FUTEX_WAIT, sizeof e);
     e.uaddr = w.args[0];
     // futex_waitv(waiters, n, flags, ...), futex_wait(uaddr, val, mask, flags, ...)
-    if (w.nr == 202)
+    if (w.nr == HT_NR_futex)
       e.op = static_cast<uint32_t>(w.args[1]);
-    else if (w.nr == 449)
+    else if (w.nr == HT_NR_futex_waitv)
       e.op = HT_FUTEX_OP_WAITV | static_cast<uint32_t>(w.args[2]);
     else
       e.op = HT_FUTEX_OP_WAIT2 | static_cast<uint32_t>(w.args[3]);

@@ -7,7 +7,6 @@
 //   DONE waitv=ERRNO wait=ERRNO
 #include <errno.h>
 #include <linux/futex.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,21 +14,19 @@
 #include <cstdio>
 #include <cstdlib>
 
-#ifndef SYS_futex_waitv
-#define SYS_futex_waitv 449
+#include "hangtrace/syscall_nr.h"
+
+// Linux 6.7's names for them; older <linux/futex.h> lack these.
+#ifndef FUTEX2_SIZE_U32
+#define FUTEX2_SIZE_U32 FUTEX_32
 #endif
-#define NR_futex_wait 455
-#define FUTEX2_SIZE_U32 0x02
-#define FUTEX2_PRIVATE 128
+#ifndef FUTEX2_PRIVATE
+#define FUTEX2_PRIVATE FUTEX_PRIVATE_FLAG
+#endif
 
 namespace {
 
 alignas(64) uint32_t word = 0;
-
-struct waitv {  // struct futex_waitv
-  uint64_t val, uaddr;
-  uint32_t flags, reserved;
-};
 
 timespec in_20ms() {
   timespec ts{};
@@ -53,13 +50,13 @@ int main(int argc, char** argv) {
     if (read(gate, &c, 1) != 1) return 1;
   } while (c != '\n');
 
-  waitv w{0, reinterpret_cast<uint64_t>(&word), FUTEX2_SIZE_U32 | FUTEX2_PRIVATE, 0};
+  futex_waitv w{0, reinterpret_cast<uint64_t>(&word), FUTEX2_SIZE_U32 | FUTEX2_PRIVATE, 0};
   timespec t1 = in_20ms();
-  long r1 = syscall(SYS_futex_waitv, &w, 1, 0, &t1, CLOCK_MONOTONIC);
+  long r1 = syscall(HT_NR_futex_waitv, &w, 1, 0, &t1, CLOCK_MONOTONIC);
   int e1 = r1 < 0 ? errno : 0;
   timespec t2 = in_20ms();
-  long r2 =
-      syscall(NR_futex_wait, &word, 0, 0xfffffffful, FUTEX2_SIZE_U32 | FUTEX2_PRIVATE, &t2, CLOCK_MONOTONIC);
+  long r2 = syscall(HT_NR_futex_wait, &word, 0, 0xfffffffful, FUTEX2_SIZE_U32 | FUTEX2_PRIVATE, &t2,
+                    CLOCK_MONOTONIC);
   int e2 = r2 < 0 ? errno : 0;
   std::printf("DONE waitv=%d wait=%d\n", e1, e2);
   std::fflush(stdout);
