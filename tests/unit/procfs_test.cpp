@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "temp_dir.h"
 
 using namespace hangtrace;
 using namespace hangtrace::procfs;
@@ -527,6 +531,24 @@ TEST(ProcfsNamespace, ParsesLink) {
   EXPECT_FALSE(parse_namespace_link("net:[12").ok());
 }
 
+TEST(ProcfsStatm, Parses) {
+  auto statm = parse_statm(fixture("statm_python"));
+  ASSERT_TRUE(statm.ok()) << statm.error();
+  EXPECT_EQ(statm->size_pages, 6143u);
+  EXPECT_EQ(statm->resident_pages, 4112u);
+  EXPECT_FALSE(parse_statm("").ok());
+  EXPECT_FALSE(parse_statm("6143").ok());
+  EXPECT_FALSE(parse_statm("6143 41x2 2265").ok());
+  for_each_truncation(fixture("statm_python"), parse_statm);
+}
+
+TEST(ProcfsComm, DropsTheNewline) {
+  EXPECT_EQ(parse_comm(fixture("comm_python")), "python3");
+  EXPECT_EQ(parse_comm("w) (x y:z\n"), "w) (x y:z");
+  EXPECT_EQ(parse_comm("no newline"), "no newline");
+  EXPECT_EQ(parse_comm(""), "");
+}
+
 // ---- readers over an injected proc root --------------------------------------------
 
 TEST(ProcfsReaders, ReadSelfThroughRealProc) {
@@ -589,4 +611,114 @@ TEST(ProcfsReaders, FakeRootWithFixtures) {
   auto status = proc.status(6968);
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.error().find("/6968/status"), std::string::npos);
+}
+
+TEST(ProcfsReaders, LinksIdentitiesAndPathsUnderAFakeRoot) {
+  // ROOT/42 with its links, ROOT/self and ROOT/thread-self, all by hand.
+  hangtrace::testing::TempDir dir("ht-procfs-root");
+  namespace fs = std::filesystem;
+  const fs::path root = dir.path / "proc", pid = root / "42", self = root / "self";
+  fs::create_directories(pid / "fd");
+  fs::create_directories(pid / "ns");
+  fs::create_directories(self);
+  fs::create_directories(root / "thread-self" / "ns");
+  fs::create_directories(dir.path / "rootfs" / "dev" / "shm");
+  const fs::path file = dir.path / "data";
+  auto write = [](const fs::path& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  };
+  write(file, "x");
+  write(pid / "comm", fixture("comm_python"));
+  write(pid / "environ", std::string("RANK=3\0WORLD_SIZE=8\0", 21));
+  write(pid / "cgroup", "0::/kubepods/pod-a/c1\n");
+  write(self / "statm", fixture("statm_python"));
+  fs::create_symlink(file, pid / "fd" / "3");
+  fs::create_symlink(file, pid / "exe");
+  fs::create_symlink(file, self / "exe");
+  fs::create_symlink("mnt:[4026531841]", pid / "ns" / "mnt");
+  fs::create_symlink("net:[4026531840]", root / "thread-self" / "ns" / "net");
+  fs::create_symlink(dir.path / "rootfs", pid / "root");
+
+  ProcFs proc(root.string());
+  EXPECT_EQ(proc.root_path(42, "/dev/shm"), root.string() + "/42/root/dev/shm");
+  EXPECT_EQ(proc.namespace_path(42, "net"), root.string() + "/42/ns/net");
+  auto comm = proc.comm(42);
+  ASSERT_TRUE(comm.ok()) << comm.error();
+  EXPECT_EQ(*comm, "python3");
+  auto env = proc.environ(42);
+  ASSERT_TRUE(env.ok()) << env.error();
+  EXPECT_EQ(*env, std::string("RANK=3\0WORLD_SIZE=8\0", 21));
+  auto cgroup = proc.cgroup(42);
+  ASSERT_TRUE(cgroup.ok()) << cgroup.error();
+  EXPECT_EQ(*cgroup, "0::/kubepods/pod-a/c1\n");
+
+  auto link = proc.fd_link(42, 3);
+  ASSERT_TRUE(link.ok()) << link.error();
+  EXPECT_EQ(*link, file.string());
+  auto target = proc.fd_file(42, 3), data = stat_file(file.string()), exe = proc.exe_file(42);
+  ASSERT_TRUE(target.ok()) << target.error();
+  ASSERT_TRUE(data.ok()) << data.error();
+  ASSERT_TRUE(exe.ok()) << exe.error();
+  EXPECT_EQ(target->inode, data->inode);
+  EXPECT_TRUE(*target == *data);
+  EXPECT_TRUE(*exe == *data);
+  int err = 0;
+  auto closed = proc.fd_file(42, 9, &err);
+  EXPECT_FALSE(closed.ok());
+  EXPECT_TRUE(is_gone_errno(err));
+  EXPECT_NE(closed.error().find("failed to examine"), std::string::npos) << closed.error();
+
+  auto self_exe = proc.self_exe();
+  ASSERT_TRUE(self_exe.ok()) << self_exe.error();
+  EXPECT_EQ(*self_exe, file.string());
+  auto self_file = proc.self_exe_file();
+  ASSERT_TRUE(self_file.ok()) << self_file.error();
+  EXPECT_TRUE(*self_file == *data);
+  auto rss = proc.self_rss_bytes();
+  ASSERT_TRUE(rss.ok()) << rss.error();
+  EXPECT_EQ(*rss, 4112u * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+  auto own_net = proc.thread_self_namespace_inode("net");
+  ASSERT_TRUE(own_net.ok()) << own_net.error();
+  EXPECT_EQ(*own_net, 4026531840u);
+  auto mnt = proc.namespace_inode(42, "mnt");
+  ASSERT_TRUE(mnt.ok()) << mnt.error();
+  EXPECT_EQ(*mnt, 4026531841u);
+  auto shm = proc.filesystem_usage(42, "/dev/shm");
+  ASSERT_TRUE(shm.ok()) << shm.error();
+  EXPECT_GT(shm->size_bytes, 0u);
+  EXPECT_LE(shm->used_bytes, shm->size_bytes);
+  EXPECT_FALSE(proc.filesystem_usage(42, "/no/such/dir").ok());
+}
+
+TEST(ProcfsReaders, SelfAndFdsThroughRealProc) {
+  ProcFs proc("/proc");
+  auto exe = proc.self_exe();
+  ASSERT_TRUE(exe.ok()) << exe.error();
+  EXPECT_EQ(exe->find("hangtrace_unit_tests"), exe->size() - std::string("hangtrace_unit_tests").size());
+  auto exe_file = proc.self_exe_file(), by_pid = proc.exe_file(getpid());
+  ASSERT_TRUE(exe_file.ok()) << exe_file.error();
+  ASSERT_TRUE(by_pid.ok()) << by_pid.error();
+  EXPECT_TRUE(*exe_file == *by_pid);
+  auto rss = proc.self_rss_bytes();
+  ASSERT_TRUE(rss.ok()) << rss.error();
+  EXPECT_GT(*rss, 0u);
+  EXPECT_TRUE(proc.thread_self_namespace_inode("net").ok());
+  auto comm = proc.comm(getpid());
+  ASSERT_TRUE(comm.ok()) << comm.error();
+  EXPECT_EQ(comm->find('\n'), std::string::npos);
+  // An open fd: its link and the file it names.
+  hangtrace::testing::TempDir dir("ht-procfs-fd");
+  const std::string path = dir.file("f");
+  std::ofstream(path) << "x";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto link = proc.fd_link(getpid(), fd);
+  auto file = proc.fd_file(getpid(), fd), direct = stat_file(path);
+  ::close(fd);
+  ASSERT_TRUE(link.ok()) << link.error();
+  EXPECT_EQ(*link, path);
+  ASSERT_TRUE(file.ok()) << file.error();
+  ASSERT_TRUE(direct.ok()) << direct.error();
+  EXPECT_TRUE(*file == *direct);
 }
