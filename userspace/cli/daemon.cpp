@@ -39,10 +39,8 @@ bool worth_recording(uint32_t type) {
 std::string trim_comm(const char* comm, size_t n) { return std::string(comm, strnlen(comm, n)); }
 
 uint64_t self_rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto rss = procfs::ProcFs().self_rss_bytes();
+  return rss ? *rss : 0;
 }
 
 double self_cpu_seconds() {
@@ -55,13 +53,11 @@ double self_cpu_seconds() {
 // What a sampled wait's fd is, from /proc (asked once per wait seen).
 FdInfo fd_info(int tgid, int fd) {
   FdInfo info;
-  std::string link = fmt::format("/proc/{}/fd/{}", tgid, fd);
-  char target[256];
-  ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
-  if (n <= 0) return info;
-  std::string t(target, static_cast<size_t>(n));
-  struct stat st {};
-  if (stat(link.c_str(), &st) == 0) info.inode = st.st_ino;
+  const procfs::ProcFs proc;
+  auto link = proc.fd_link(tgid, fd);
+  if (!link || link->empty()) return info;
+  const std::string& t = *link;
+  if (auto file = proc.fd_file(tgid, fd)) info.inode = file->inode;
   if (t.starts_with("socket:")) {
     info.wait_kind = HT_WAIT_NET;
     info.obj_kind = HT_OBJ_SOCKET;
@@ -128,6 +124,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   lo.hot_hooks = !options.sampled();
   lo.ringbuf_bytes = static_cast<uint64_t>(options.ringbuf_mb) << 20;
   lo.verbosity = options.verbosity > 2 ? options.verbosity - 2 : 0;
+  // GPU libraries (libcuda, libnccl) get uprobes when a job maps them.
+  lo.module_rescan = ModuleRescan::UntilCuda;
   auto tracer = LiveTracer::start(lo);
   if (!tracer) return make_error(tracer.error());
   d->tracer_ = std::move(*tracer);
@@ -221,7 +219,6 @@ void Daemon::drop_process(int pid) {
   int root = owner->second;
   job_of_.erase(owner);
   forget_after_metrics_.push_back(pid);
-  std::erase_if(noticed_files_, [&](const auto& p) { return p.first == pid; });
   log(1, fmt::format("job {}: process {} leaves", root, pid));
   if (auto it = jobs_.find(root); it != jobs_.end()) {
     Job& job = it->second;
@@ -233,8 +230,6 @@ void Daemon::drop_process(int pid) {
       if (job.dead_meta.size() > 64) job.dead_meta.pop_front();
     }
     it->second.pids.erase(pid);
-    it->second.maps_next.erase(pid);
-    it->second.cuda_pids.erase(pid);
   }
 }
 
@@ -256,7 +251,7 @@ void Daemon::pick_up(int root, const std::vector<daemon::ProcessEntry>& processe
   auto& j = jobs_.emplace(root, std::move(job)).first->second;
   add_process(j, root, false);
   for (int pid : daemon::descendants_of(root, processes)) add_process(j, pid, false);
-  notice_libraries(j);
+  report_gpu_hook_errors();
   std::fprintf(stderr, "hangtrace daemon: tracking job %d (%s): %s; %zu process(es)\n", root, j.comm.c_str(),
                j.matched_by.c_str(), j.pids.size());
 }
@@ -272,30 +267,8 @@ void Daemon::end_job(int root, const std::string& why) {
   jobs_.erase(root);
 }
 
-void Daemon::notice_libraries(Job& job) {
-  // GPU libraries (libcuda, libnccl) get uprobes when a job maps them: a
-  // process's maps are read when it is found, then again at doubling
-  // intervals (0.5 s up to 30 s) until it maps libcuda (CUDA initialises a
-  // while after start, or in a worker). A PyTorch process's maps take ~3 ms
-  // to read: every scan, for every process, would cost a steady ~0.1 % of a
-  // core per process.
-  const uint64_t now = now_ns();
-  for (int pid : job.pids) {
-    auto [next, first] = job.maps_next.try_emplace(pid, Job::MapsRead{now, 250'000'000ull});
-    if (!first && (now < next->second.due_ns || job.cuda_pids.count(pid))) continue;
-    next->second.gap_ns = std::min<uint64_t>(next->second.gap_ns * 2, 30'000'000'000ull);
-    next->second.due_ns = now + next->second.gap_ns;
-    std::ifstream maps(fmt::format("/proc/{}/maps", pid));
-    for (std::string line; std::getline(maps, line);) {
-      size_t slash = line.find('/');
-      if (slash == std::string::npos || line.find(" r-xp ") == std::string::npos) continue;
-      std::string path = line.substr(slash);
-      std::string file = std::filesystem::path(path).filename().string();
-      if (!file.starts_with("libcuda.so") && !file.starts_with("libnccl.so")) continue;
-      if (file.starts_with("libcuda.so")) job.cuda_pids.insert(pid);
-      if (noticed_files_.insert({pid, path}).second) tracer_->notice_mapped_file(pid, path);
-    }
-  }
+void Daemon::report_gpu_hook_errors() {
+  // The tracer finds the GPU libraries the jobs map (ModuleRescan::UntilCuda).
   // A library whose uprobes failed is said once: otherwise only its bundles
   // would tell ("0 uprobes").
   for (const auto& h : tracer_->hooks()) {
@@ -310,7 +283,7 @@ void Daemon::notice_libraries(Job& job) {
 
 void Daemon::scan() {
   uint64_t started = now_ns();
-  auto processes = daemon::scan_processes("/proc", *matcher_);
+  auto processes = daemon::scan_processes(proc_.root(), *matcher_);
   if (!processes) {
     log(0, processes.error());
     return;
@@ -328,14 +301,14 @@ void Daemon::scan() {
     pid = parent_of.count(pid) ? parent_of[pid] : 0;
   // Nor another hangtrace (a second daemon, a `hangtrace --pid`): the same
   // executable file.
-  struct stat own {};
-  stat("/proc/self/exe", &own);
+  auto own = proc_.self_exe_file();
   for (auto& p : *processes) {
     if (p.matched_by.empty()) continue;
-    struct stat exe {};
-    if (self.count(p.pid) || (stat(fmt::format("/proc/{}/exe", p.pid).c_str(), &exe) == 0 &&
-                              exe.st_ino == own.st_ino && exe.st_dev == own.st_dev))
+    if (self.count(p.pid)) {
       p.matched_by.clear();
+    } else if (auto exe = proc_.exe_file(p.pid); own && exe && *exe == *own) {
+      p.matched_by.clear();
+    }
   }
   // Jobs whose root is gone (its exit record lost to a full ring buffer, or
   // never traced), and processes that went without a record.
@@ -355,8 +328,8 @@ void Daemon::scan() {
     // Workers forked while a fork record was lost.
     for (int pid : daemon::descendants_of(root, *processes))
       if (!job.pids.count(pid)) add_process(job, pid, false);
-    notice_libraries(job);
   }
+  report_gpu_hook_errors();
   for (int root : daemon::job_roots(*processes))
     if (!jobs_.count(root) && !job_of_.count(root)) pick_up(root, *processes);
   metrics_->scan_took(static_cast<double>(now_ns() - started) / 1e9);
@@ -411,7 +384,7 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
   ThreadInfo main;
   main.tid = job.root;
   p.threads.push_back(main);
-  collect_python_stacks(p, job.root, fmt::format("/proc/{}", job.root));
+  collect_python_stacks(p, job.root, proc_.pid_path(job.root));
   sample.python_frames = daemon::python_frames_fingerprint(p.threads.front().python_stack);
 
   std::string moved = job.watch->update(sample);
@@ -748,8 +721,7 @@ void Daemon::update_metrics(uint64_t now) {
   if (nvml_ && nvml_->usable()) {
     GpuObservation g;
     nvml_->contribute(g);
-    bool any_cuda = false;
-    for (const auto& [pid, files] : noticed_files_) any_cuda |= files.find("libcuda.so") != std::string::npos;
+    const bool any_cuda = tracer_->mapped_modules().any_maps_cuda();
     for (const auto& smp : g.nvml) {
       if (smp.ts_ns <= last_nvml_round_ns_ || !smp.has_utilization || !any_cuda) continue;
       if (smp.gpu_util_pct <= 5) metrics_->add_gpu_idle(smp.device, NvmlSampler::kDefaultIntervalNs / 1e9);

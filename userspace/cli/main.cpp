@@ -35,6 +35,7 @@
 #include "hangtrace/gpu.h"
 #include "live_cupti.h"
 #include "live_session.h"
+#include "mapped_modules.h"
 #include "native_stacks.h"
 #include "process_meta.h"
 #include "subcommands.h"
@@ -191,16 +192,6 @@ CollectOptions collect_options(const Options& opt) {
 
 constexpr double kCudaJobWindowS = 3.0;
 
-// Whether `pid` maps a file whose name starts with `prefix` ("libcuda.so").
-bool maps_library(int pid, const std::string& prefix) {
-  std::ifstream maps(fmt::format("/proc/{}/maps", pid));
-  for (std::string line; std::getline(maps, line);) {
-    size_t slash = line.rfind('/');
-    if (slash != std::string::npos && line.compare(slash + 1, prefix.size(), prefix) == 0) return true;
-  }
-  return false;
-}
-
 int run_live_window(const Options& opt);
 
 int run_live(const Options& opt) {
@@ -212,7 +203,7 @@ int run_live(const Options& opt) {
   // Whether the GPU is starved or busy, and what a synchronize waits for, is
   // only seen while tracing (uprobes, CUPTI, NVML): a CUDA job gets a short
   // window unless one was asked for (--duration 0: none).
-  if (!o.duration_given && !o.no_bpf && maps_library(o.pid, "libcuda.so")) {
+  if (!o.duration_given && !o.no_bpf && maps_libcuda(o.pid)) {
     o.duration_s = kCudaJobWindowS;
     std::fprintf(stderr,
                  "hangtrace: pid %d uses CUDA: watching the GPU side for %.0f s (--duration changes it)\n",
@@ -252,20 +243,10 @@ int run_live_window(const Options& opt) {
 uint64_t tree_cpu_ns(const std::set<int>& pids) {
   uint64_t total = 0;
   const double ns_per_tick = 1e9 / static_cast<double>(sysconf(_SC_CLK_TCK));
-  for (int pid : pids) {
-    std::ifstream in(fmt::format("/proc/{}/stat", pid));
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    size_t close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    std::string field;
-    uint64_t utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14) utime = std::stoull(field);
-      if (i == 15) stime = std::stoull(field);
-    }
-    total += static_cast<uint64_t>((utime + stime) * ns_per_tick);
-  }
+  const procfs::ProcFs proc;
+  for (int pid : pids)
+    if (auto st = proc.stat(pid))
+      total += static_cast<uint64_t>((st->utime_ticks + st->stime_ticks) * ns_per_tick);
   return total;
 }
 
@@ -460,11 +441,10 @@ int run_demo(Options opt) {
   }
   // The job says READY just before its main thread blocks; wait until the
   // kernel shows it inside the wait.
+  const procfs::ProcFs proc;
   for (int i = 0; i < 200; ++i) {
-    std::ifstream sc(fmt::format("/proc/{}/syscall", job));
-    std::string first;
-    sc >> first;
-    if (first != "running" && first != "-1" && !first.empty()) break;
+    auto sc = proc.thread_syscall(job, job);
+    if (sc && sc->mode == SyscallState::Mode::InSyscall) break;
     usleep(10000);
   }
   std::fprintf(stderr, "hangtrace demo: %s\nhangtrace demo: $ sudo hangtrace --pid %d\n\n",

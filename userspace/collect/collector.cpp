@@ -90,19 +90,14 @@ int exit_code_from_wait_status(int status) {
 // cmdline is read by a throwaway thread first: if that does not finish in
 // time (nullopt), the process's memory is left alone. The thread is
 // detached: it ends when the lock frees up, or with hangtrace.
-Result<std::string> read_cmdline(const std::string& cmdline_path) {
-  auto text = procfs::read_text_file(cmdline_path, nullptr, size_t{1} << 20);
-  if (text) *text = procfs::parse_cmdline(*text);
-  return text;
-}
-
-std::optional<Result<std::string>> read_cmdline_with_deadline(const std::string& cmdline_path) {
+// The thread gets its own copy of the ProcFs: it may outlive the collector.
+std::optional<Result<std::string>> read_cmdline_with_deadline(const ProcFs& proc, int id) {
   auto result = std::make_shared<std::promise<Result<std::string>>>();
   std::future<Result<std::string>> done = result->get_future();
   try {
-    std::thread([result, cmdline_path] { result->set_value(read_cmdline(cmdline_path)); }).detach();
+    std::thread([result, proc, id] { result->set_value(proc.cmdline(id)); }).detach();
   } catch (const std::system_error&) {
-    return read_cmdline(cmdline_path);  // no thread to spare: read it directly
+    return proc.cmdline(id);  // no thread to spare: read it directly
   }
   if (done.wait_for(kMemoryLockProbeTimeout) != std::future_status::ready) return std::nullopt;
   return done.get();
@@ -293,7 +288,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   if (id != pid) proc_ids_[pid] = id;
   if (exited && st->exit_code) p.exit_signal = exit_code_from_wait_status(*st->exit_code);
   if (!exited) {
-    auto cmdline = read_cmdline_with_deadline(fmt::format("{}/cmdline", proc_.pid_path(id)));
+    auto cmdline = read_cmdline_with_deadline(proc_, id);
     if (!cmdline) {
       memory_blocked_.insert(pid);
       limitation(
@@ -303,9 +298,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     } else if (*cmdline) {
       p.cmdline = **cmdline;
       // The same lock as cmdline, which just came free.
-      auto environ_bytes =
-          procfs::read_text_file(fmt::format("{}/environ", proc_.pid_path(id)), nullptr, size_t{4} << 20);
-      if (environ_bytes) {
+      if (auto environ_bytes = proc_.environ(id)) {
         RankIdentity identity = parse_rank_environment(*environ_bytes);
         p.rank = identity.rank;
         p.world_size = identity.world_size;
@@ -472,7 +465,7 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
     }
   }
   std::string netns_path;
-  if (netns != own_netns_ && netns != 0) netns_path = fmt::format("{}/{}/ns/net", proc_.root(), reader_pid);
+  if (netns != own_netns_ && netns != 0) netns_path = proc_.namespace_path(reader_pid, "net");
   NetnsFacts facts = query_network_namespace(netns_path);
   if (!facts.unix_sockets) {
     limitation(fmt::format("unix socket peers unknown: {}", facts.unix_sockets.error()));
@@ -790,18 +783,17 @@ void Collector::probe_readiness(ProcessInfo& p) {
 
 void Collector::collect_shm() {
   ShmInfo& shm = snap_.shm;
-  shm.mount_path = fmt::format("{}/{}/root/dev/shm", proc_.root(), proc_id(target_));
-  struct statvfs vfs {};
-  struct stat mount_stat {};
-  if (statvfs(shm.mount_path.c_str(), &vfs) != 0 || stat(shm.mount_path.c_str(), &mount_stat) != 0) {
-    limitation(
-        fmt::format("no /dev/shm usage: failed to examine {}: {}", shm.mount_path, std::strerror(errno)));
+  shm.mount_path = proc_.root_path(proc_id(target_), "/dev/shm");
+  auto usage = procfs::filesystem_usage(shm.mount_path);
+  auto mount = usage ? procfs::stat_file(shm.mount_path) : Result<procfs::FileId>(make_error(usage.error()));
+  if (!mount) {
+    limitation("no /dev/shm usage: " + mount.error());
     return;
   }
   shm.available = true;
-  shm.size_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-  shm.used_bytes = static_cast<uint64_t>(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
-  const uint32_t shm_major = major(mount_stat.st_dev), shm_minor = minor(mount_stat.st_dev);
+  shm.size_bytes = usage->size_bytes;
+  shm.used_bytes = usage->used_bytes;
+  const uint32_t shm_major = mount->dev_major, shm_minor = mount->dev_minor;
 
   struct Segment {
     ShmSegment info;
@@ -842,9 +834,9 @@ void Collector::collect_shm() {
     }
     for (const auto& f : p.fds) {
       if (f.kind != FdKind::ShmFile) continue;
-      struct stat st {};
-      if (stat(fmt::format("{}/{}/fd/{}", proc_.root(), proc_id(p.pid), f.fd).c_str(), &st) != 0) continue;
-      if (major(st.st_dev) == shm_major && minor(st.st_dev) == shm_minor) holders[st.st_ino].insert(p.pid);
+      auto file = proc_.fd_file(proc_id(p.pid), f.fd);
+      if (file && file->dev_major == shm_major && file->dev_minor == shm_minor)
+        holders[file->inode].insert(p.pid);
     }
   }
   // Unlinked segments still mapped (how torch shares tensors between workers
@@ -896,9 +888,7 @@ Result<Snapshot> Collector::run() {
   if (gethostname(host, sizeof host - 1) == 0) snap_.hostname = host;
   utsname uts{};
   if (uname(&uts) == 0) snap_.kernel_release = uts.release;
-  if (auto link = procfs::read_link("/proc/thread-self/ns/net")) {
-    if (auto ino = procfs::parse_namespace_link(*link)) own_netns_ = *ino;
-  }
+  if (auto ino = proc_.thread_self_namespace_inode("net")) own_netns_ = *ino;
 
   // This host's addresses (hangtrace's own netns), whatever namespace the job is in.
   if (auto own = interface_addresses()) snap_.local_addresses = std::move(*own);
