@@ -107,6 +107,8 @@ class Daemon {
   void set_exact_hooks(uint64_t now);
   uint64_t check_every_ns() const;
   void report_gpu_hook_errors();
+  // What a sampled wait's fd is (WaitSampler's FdLookup).
+  static FdInfo sampled_fd_info(int tgid, int fd);
   uint64_t now_ns() const;
   double mono_to_unix_offset_s() const;
   // The cause of an earlier bundle (a previous daemon run's) of the same trigger for this job.
