@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "fixture_file.h"
 #include "temp_dir.h"
 
 namespace hangtrace {
@@ -27,13 +28,7 @@ const std::string kCupti = "/work/wt/procfs/build/lib/libhangtrace_cupti.so";
 constexpr size_t kGpuPythonExecutableMappings = 32;
 constexpr uint64_t kMs = 1'000'000;
 
-std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(HANGTRACE_FIXTURES_DIR) + "/procfs/" + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "missing fixture " << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string fixture(const std::string& name) { return hangtrace::testing::fixture_file("procfs/" + name); }
 
 // ROOT/PID/maps and ROOT/PID/task/TID, as a test says.
 struct FakeProc {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "fixture_file.h"
 #include "temp_dir.h"
 
 using namespace hangtrace;
@@ -20,13 +21,7 @@ using namespace hangtrace::procfs;
 
 namespace {
 
-std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(HANGTRACE_FIXTURES_DIR) + "/procfs/" + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "missing fixture " << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string fixture(const std::string& name) { return hangtrace::testing::fixture_file("procfs/" + name); }
 
 // Every prefix of a valid text must parse or fail cleanly, never crash; the
 // ones cut before the required parts must fail.

@@ -66,6 +66,12 @@ class Daemon {
     uint64_t ts_ns = 0, due_ns = 0;
   };
   struct Job {
+    explicit Job(const daemon::ProcessEntry& e)
+        : root(e.pid),
+          start_ticks(e.start_ticks),
+          comm(e.comm),
+          cmdline(e.cmdline),
+          matched_by(e.matched_by) {}
     int root = 0;
     uint64_t start_ticks = 0;
     std::string comm, cmdline, matched_by;

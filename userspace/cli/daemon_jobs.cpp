@@ -61,12 +61,7 @@ void Daemon::pick_up(int root, const std::vector<daemon::ProcessEntry>& processe
   auto entry = std::find_if(processes.begin(), processes.end(), [&](const auto& p) { return p.pid == root; });
   if (entry == processes.end()) return;
   if (ended_jobs_.count({root, entry->start_ticks})) return;
-  Job job;
-  job.root = root;
-  job.start_ticks = entry->start_ticks;
-  job.comm = entry->comm;
-  job.cmdline = entry->cmdline;
-  job.matched_by = entry->matched_by;
+  Job job(*entry);
   job.recorder =
       std::make_unique<daemon::FlightRecorder>(static_cast<uint64_t>(options_.recorder_minutes * 60e9),
                                                options_.recorder_records, options_.recorder_bytes);

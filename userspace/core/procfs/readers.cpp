@@ -19,14 +19,20 @@ namespace hangtrace::procfs {
 
 using fields::parse_int;
 
+namespace {
+
+// "failed to VERB PATH: <strerror(e)>", with `e` handed to the caller.
+Error os_error(const char* verb, const std::string& path, int e, int* errno_out) {
+  if (errno_out) *errno_out = e;
+  return make_error(fmt::format("failed to {} {}: {}", verb, path, std::strerror(e)));
+}
+
+}  // namespace
+
 Result<std::string> read_text_file(const std::string& path, int* errno_out, size_t max_bytes) {
   if (errno_out) *errno_out = 0;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    if (errno_out) *errno_out = e;
-    return make_error(fmt::format("failed to read {}: {}", path, std::strerror(e)));
-  }
+  if (fd < 0) return os_error("read", path, errno, errno_out);
   std::string out;
   char buf[65536];
   for (;;) {
@@ -35,8 +41,7 @@ Result<std::string> read_text_file(const std::string& path, int* errno_out, size
       if (errno == EINTR) continue;
       int e = errno;
       ::close(fd);
-      if (errno_out) *errno_out = e;
-      return make_error(fmt::format("failed to read {}: {}", path, std::strerror(e)));
+      return os_error("read", path, e, errno_out);
     }
     if (n == 0) break;
     if (out.size() + static_cast<size_t>(n) > max_bytes) {
@@ -54,22 +59,14 @@ Result<std::string> read_link(const std::string& path, int* errno_out) {
   if (errno_out) *errno_out = 0;
   char buf[4096];
   ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
-  if (n < 0) {
-    int e = errno;
-    if (errno_out) *errno_out = e;
-    return make_error(fmt::format("failed to read link {}: {}", path, std::strerror(e)));
-  }
+  if (n < 0) return os_error("read link", path, errno, errno_out);
   return std::string(buf, static_cast<size_t>(n));
 }
 
 Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_out, size_t max_entries) {
   if (errno_out) *errno_out = 0;
   DIR* dir = ::opendir(path.c_str());
-  if (!dir) {
-    int e = errno;
-    if (errno_out) *errno_out = e;
-    return make_error(fmt::format("failed to list {}: {}", path, std::strerror(e)));
-  }
+  if (!dir) return os_error("list", path, errno, errno_out);
   std::vector<int> out;
   errno = 0;
   while (dirent* entry = ::readdir(dir)) {
@@ -81,10 +78,7 @@ Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_ou
   }
   int e = errno;
   ::closedir(dir);
-  if (e != 0) {
-    if (errno_out) *errno_out = e;
-    return make_error(fmt::format("failed to list {}: {}", path, std::strerror(e)));
-  }
+  if (e != 0) return os_error("list", path, e, errno_out);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -92,22 +86,14 @@ Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_ou
 Result<FileId> stat_file(const std::string& path, int* errno_out) {
   if (errno_out) *errno_out = 0;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    int e = errno;
-    if (errno_out) *errno_out = e;
-    return make_error(fmt::format("failed to examine {}: {}", path, std::strerror(e)));
-  }
+  if (::stat(path.c_str(), &st) != 0) return os_error("examine", path, errno, errno_out);
   return FileId{major(st.st_dev), minor(st.st_dev), static_cast<uint64_t>(st.st_ino)};
 }
 
 Result<FsUsage> filesystem_usage(const std::string& path, int* errno_out) {
   if (errno_out) *errno_out = 0;
   struct statvfs vfs {};
-  if (::statvfs(path.c_str(), &vfs) != 0) {
-    int e = errno;
-    if (errno_out) *errno_out = e;
-    return make_error(fmt::format("failed to examine {}: {}", path, std::strerror(e)));
-  }
+  if (::statvfs(path.c_str(), &vfs) != 0) return os_error("examine", path, errno, errno_out);
   FsUsage u;
   u.size_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   u.used_bytes = static_cast<uint64_t>(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
