@@ -15,6 +15,7 @@
 // proc_fs.cpp (ProcFs).
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -171,7 +172,7 @@ Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_ou
 struct FileId {
   uint32_t dev_major = 0, dev_minor = 0;
   uint64_t inode = 0;
-  bool operator==(const FileId&) const = default;
+  auto operator<=>(const FileId&) const = default;
 };
 Result<FileId> stat_file(const std::string& path, int* errno_out = nullptr);
 

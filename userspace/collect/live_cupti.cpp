@@ -61,10 +61,9 @@ class CuptiModule : public TracerModule {
     if (!skel_ || module_kind(path) != ModuleKind::Cupti) return;
     // Through the process's root: it may live in another mount namespace.
     std::string host_path = procfs::ProcFs().root_path(pid, path);
-    struct stat st {};
-    if (stat(host_path.c_str(), &st) != 0) return;  // gone already: the next re-read retries
-    auto file = std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
-    if (!files_.insert(file).second) return;
+    auto file = procfs::stat_file(host_path);
+    if (!file) return;  // gone already: another process mapping it tries again
+    if (!files_.insert(*file).second) return;
     Attached a;
     a.path = path;
     a.link = bpf_program__attach_usdt(skel_->progs.cupti_gpu_activity, -1, host_path.c_str(), "hangtrace",
@@ -111,7 +110,7 @@ class CuptiModule : public TracerModule {
     std::string error;
   };
   cupti_bpf* skel_ = nullptr;
-  std::set<std::pair<uint64_t, uint64_t>> files_;  // (dev, inode) attached or tried
+  std::set<procfs::FileId> files_;  // attached or tried
   std::vector<Attached> attached_;
 };
 

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -233,10 +232,10 @@ class GpuModule : public TracerModule {
     if (!skel_ || (kind != ModuleKind::Cuda && kind != ModuleKind::Nccl)) return;
     // As the process sees it: it may live in another mount namespace.
     std::string file = procfs::ProcFs().root_path(pid, path);
-    struct stat st {};
-    if (stat(file.c_str(), &st) != 0) return;  // gone, or " (deleted)": nothing to probe
+    auto id = procfs::stat_file(file);
+    if (!id) return;  // gone, or " (deleted)": nothing to probe
     // One library is probed once, for every process that maps it.
-    if (!seen_.insert({st.st_dev, st.st_ino}).second) return;
+    if (!seen_.insert(*id).second) return;
 
     Library lib;
     lib.path = path;
@@ -314,7 +313,7 @@ class GpuModule : public TracerModule {
     std::string error;
   };
   gpu_bpf* skel_ = nullptr;
-  std::set<std::pair<dev_t, ino_t>> seen_;
+  std::set<procfs::FileId> seen_;
   std::vector<Library> libraries_;
 };
 
