@@ -1,4 +1,5 @@
-// The bytes of a file under tests/unit/fixtures/ (copied off a real machine).
+// The bytes of a file under tests/unit/fixtures/ (copied off a real machine),
+// and the truncation sweep the parser tests run over them.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -6,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace hangtrace::testing {
 
@@ -15,6 +17,13 @@ inline std::string fixture_file(const std::string& relative_path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Every prefix of a valid text must parse or fail cleanly, never crash (the
+// ones cut before the required parts must fail: the callers check those).
+template <class Parse>
+void for_each_truncation(const std::string& text, Parse parse) {
+  for (size_t n = 0; n < text.size(); ++n) parse(std::string_view(text).substr(0, n));
 }
 
 }  // namespace hangtrace::testing
