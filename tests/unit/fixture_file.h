@@ -19,6 +19,9 @@ inline std::string fixture_file(const std::string& relative_path) {
   return ss.str();
 }
 
+// fixtures/procfs/NAME: files copied from /proc.
+inline std::string procfs_fixture(const std::string& name) { return fixture_file("procfs/" + name); }
+
 // Every prefix of a valid text must parse or fail cleanly, never crash (the
 // ones cut before the required parts must fail: the callers check those).
 template <class Parse>

@@ -21,14 +21,13 @@ namespace hangtrace {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::procfs_fixture;
 
 const std::string kCuda = "/work/wt/procfs/build/tests/gpu_stubs/libcuda.so.1";
 const std::string kNccl = "/work/wt/procfs/build/tests/gpu_stubs/libnccl.so.2";
 const std::string kCupti = "/work/wt/procfs/build/lib/libhangtrace_cupti.so";
 constexpr size_t kGpuPythonExecutableMappings = 32;
 constexpr uint64_t kMs = 1'000'000;
-
-std::string fixture(const std::string& name) { return hangtrace::testing::fixture_file("procfs/" + name); }
 
 // ROOT/PID/maps and ROOT/PID/task/TID, as a test says.
 struct FakeProc {
@@ -69,8 +68,8 @@ TEST(MappedModules, KindsByFileName) {
 
 TEST(MappedModules, MapsLibcuda) {
   FakeProc fake;
-  fake.maps(100, fixture("maps_gpu_python"));
-  fake.maps(200, fixture("maps_python_shm"));
+  fake.maps(100, procfs_fixture("maps_gpu_python"));
+  fake.maps(200, procfs_fixture("maps_python_shm"));
   EXPECT_TRUE(maps_libcuda(100, fake.proc()));
   EXPECT_FALSE(maps_libcuda(200, fake.proc()));
   EXPECT_FALSE(maps_libcuda(300, fake.proc()));  // no such process
@@ -78,7 +77,7 @@ TEST(MappedModules, MapsLibcuda) {
 
 TEST(MappedModules, WindowNoticesEveryModuleOnceAndKeepsCodeMappings) {
   FakeProc fake;
-  fake.maps(100, fixture("maps_gpu_python"));
+  fake.maps(100, procfs_fixture("maps_gpu_python"));
   fake.thread(100, 100);
   fake.thread(100, 101);
   Discovery d(ModuleRescan::Window, fake);
@@ -125,14 +124,14 @@ TEST(MappedModules, WindowNoticesEveryModuleOnceAndKeepsCodeMappings) {
 
 TEST(MappedModules, WindowFindsALibraryLoadedLater) {
   FakeProc fake;
-  fake.maps(100, fixture("maps_python_shm"));
-  fake.maps(200, fixture("maps_python_shm"));
+  fake.maps(100, procfs_fixture("maps_python_shm"));
+  fake.maps(200, procfs_fixture("maps_python_shm"));
   Discovery d(ModuleRescan::Window, fake);
   d.modules.watch(100);
   d.modules.watch(200);
   EXPECT_TRUE(d.noticed.empty());
   EXPECT_TRUE(d.modules.cuda_pids().empty());
-  fake.maps(200, fixture("maps_gpu_python"));  // dlopen()ed since
+  fake.maps(200, procfs_fixture("maps_gpu_python"));  // dlopen()ed since
   d.modules.refresh_all();
   EXPECT_EQ(d.modules.maps_reads(), 4u);
   EXPECT_EQ(d.noticed.size(), 3u);
@@ -141,7 +140,7 @@ TEST(MappedModules, WindowFindsALibraryLoadedLater) {
 
 TEST(MappedModules, UntilCudaRereadsAtDoublingIntervalsUntilLibcuda) {
   FakeProc fake;
-  fake.maps(100, fixture("maps_python_shm"));
+  fake.maps(100, procfs_fixture("maps_python_shm"));
   Discovery d(ModuleRescan::UntilCuda, fake);
   d.now = 10'000 * kMs;
   d.modules.watch(100);
@@ -158,7 +157,7 @@ TEST(MappedModules, UntilCudaRereadsAtDoublingIntervalsUntilLibcuda) {
   EXPECT_TRUE(d.noticed.empty());
   EXPECT_EQ(d.modules.code_maps(100), nullptr) << "the daemon keeps no mappings";
 
-  fake.maps(100, fixture("maps_gpu_python"));
+  fake.maps(100, procfs_fixture("maps_gpu_python"));
   d.now = (10'000 + 15'500 + 16'000) * kMs;
   d.modules.refresh_due();
   // libcuda and libnccl; not hangtrace's CUPTI library (no GPU activity in the steady state).
@@ -178,7 +177,7 @@ TEST(MappedModules, UntilCudaRereadsAtDoublingIntervalsUntilLibcuda) {
 
 TEST(MappedModules, UntilCudaGapStopsAt30Seconds) {
   FakeProc fake;
-  fake.maps(100, fixture("maps_python_shm"));
+  fake.maps(100, procfs_fixture("maps_python_shm"));
   Discovery d(ModuleRescan::UntilCuda, fake);
   d.modules.watch(100);
   uint64_t last_read = 0, gap = 0;
@@ -196,7 +195,7 @@ TEST(MappedModules, UntilCudaGapStopsAt30Seconds) {
 
 TEST(MappedModules, ManualOnlyWhatIsHandedIn) {
   FakeProc fake;
-  fake.maps(100, fixture("maps_gpu_python"));
+  fake.maps(100, procfs_fixture("maps_gpu_python"));
   Discovery d(ModuleRescan::Manual, fake);
   d.modules.watch(100);
   d.modules.refresh_due();

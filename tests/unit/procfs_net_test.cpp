@@ -11,17 +11,12 @@
 using namespace hangtrace;
 using namespace hangtrace::procfs;
 using hangtrace::testing::for_each_truncation;
-
-namespace {
-
-std::string fixture(const std::string& name) { return hangtrace::testing::fixture_file("procfs/" + name); }
-
-}  // namespace
+using hangtrace::testing::procfs_fixture;
 
 // ---- net tables ------------------------------------------------------------------
 
 TEST(ProcfsNet, Tcp) {
-  auto socks = parse_inet_sockets(fixture("net_tcp"), "tcp");
+  auto socks = parse_inet_sockets(procfs_fixture("net_tcp"), "tcp");
   ASSERT_TRUE(socks.ok()) << socks.error();
   ASSERT_EQ(socks->size(), 4u);
   const auto& listen = (*socks)[1];
@@ -42,7 +37,7 @@ TEST(ProcfsNet, Tcp) {
 }
 
 TEST(ProcfsNet, Tcp6) {
-  auto socks = parse_inet_sockets(fixture("net_tcp6"), "tcp6");
+  auto socks = parse_inet_sockets(procfs_fixture("net_tcp6"), "tcp6");
   ASSERT_TRUE(socks.ok()) << socks.error();
   ASSERT_EQ(socks->size(), 3u);
   EXPECT_EQ((*socks)[0].info.local, "[::1]:5001");
@@ -54,13 +49,13 @@ TEST(ProcfsNet, Tcp6) {
 }
 
 TEST(ProcfsNet, Udp) {
-  auto v4 = parse_inet_sockets(fixture("net_udp"), "udp");
+  auto v4 = parse_inet_sockets(procfs_fixture("net_udp"), "udp");
   ASSERT_TRUE(v4.ok()) << v4.error();
   ASSERT_EQ(v4->size(), 1u);
   EXPECT_EQ((*v4)[0].info.local, "127.0.0.1:5353");
   EXPECT_EQ((*v4)[0].info.state, "CLOSE");
   EXPECT_EQ((*v4)[0].info.inode, 8721u);
-  auto v6 = parse_inet_sockets(fixture("net_udp6"), "udp6");
+  auto v6 = parse_inet_sockets(procfs_fixture("net_udp6"), "udp6");
   ASSERT_TRUE(v6.ok()) << v6.error();
   ASSERT_EQ(v6->size(), 1u);
   EXPECT_EQ((*v6)[0].info.local, "[::1]:5354");
@@ -121,14 +116,14 @@ TEST(ProcfsNet, MalformedInputFails) {
           header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 87x5\n",
           "tcp")
           .ok());
-  std::string text = fixture("net_tcp");
+  std::string text = procfs_fixture("net_tcp");
   for_each_truncation(text, [](std::string_view t) { (void)parse_inet_sockets(t, "tcp"); });
-  std::string text6 = fixture("net_tcp6");
+  std::string text6 = procfs_fixture("net_tcp6");
   for_each_truncation(text6, [](std::string_view t) { (void)parse_inet_sockets(t, "tcp6"); });
 }
 
 TEST(ProcfsNet, Unix) {
-  auto socks = parse_unix_sockets(fixture("net_unix"));
+  auto socks = parse_unix_sockets(procfs_fixture("net_unix"));
   ASSERT_TRUE(socks.ok()) << socks.error();
   ASSERT_EQ(socks->size(), 6u);
   EXPECT_EQ((*socks)[0].inode, 1147u);
@@ -150,6 +145,6 @@ TEST(ProcfsNet, UnixMalformedInputFails) {
       parse_unix_sockets(header + "00000000155fc6c0: 00000003 00000000 0000000g 0001 03  1147\n").ok());
   EXPECT_FALSE(
       parse_unix_sockets(header + "00000000155fc6c0 00000003 00000000 00000000 0001 03  1147\n").ok());
-  std::string text = fixture("net_unix");
+  std::string text = procfs_fixture("net_unix");
   for_each_truncation(text, [](std::string_view t) { (void)parse_unix_sockets(t); });
 }

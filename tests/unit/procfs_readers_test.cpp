@@ -17,12 +17,7 @@
 
 using namespace hangtrace;
 using namespace hangtrace::procfs;
-
-namespace {
-
-std::string fixture(const std::string& name) { return hangtrace::testing::fixture_file("procfs/" + name); }
-
-}  // namespace
+using hangtrace::testing::procfs_fixture;
 
 // ---- readers over an injected proc root --------------------------------------------
 
@@ -55,10 +50,10 @@ TEST(ProcfsReaders, FakeRootWithFixtures) {
     std::ofstream out(path, std::ios::binary);
     out << text;
   };
-  write(pid_dir + "/stat", fixture("stat_python"));
-  write(pid_dir + "/maps", fixture("maps_python_shm"));
-  write(pid_dir + "/net/tcp", fixture("net_tcp"));
-  write(pid_dir + "/net/unix", fixture("net_unix"));
+  write(pid_dir + "/stat", procfs_fixture("stat_python"));
+  write(pid_dir + "/maps", procfs_fixture("maps_python_shm"));
+  write(pid_dir + "/net/tcp", procfs_fixture("net_tcp"));
+  write(pid_dir + "/net/unix", procfs_fixture("net_unix"));
   write(pid_dir + "/task/6968/syscall", "running\n");
   write(pid_dir + "/cmdline", std::string("python3\0x.py\0", 13));
   ProcFs proc(root);
@@ -104,10 +99,10 @@ TEST(ProcfsReaders, LinksIdentitiesAndPathsUnderAFakeRoot) {
     out << text;
   };
   write(file, "x");
-  write(pid / "comm", fixture("comm_python"));
+  write(pid / "comm", procfs_fixture("comm_python"));
   write(pid / "environ", std::string("RANK=3\0WORLD_SIZE=8\0", 21));
   write(pid / "cgroup", "0::/kubepods/pod-a/c1\n");
-  write(self / "statm", fixture("statm_python"));
+  write(self / "statm", procfs_fixture("statm_python"));
   fs::create_symlink(file, pid / "fd" / "3");
   fs::create_symlink(file, pid / "exe");
   fs::create_symlink(file, self / "exe");

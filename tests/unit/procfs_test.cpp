@@ -12,19 +12,14 @@
 
 using namespace hangtrace;
 using namespace hangtrace::procfs;
+using hangtrace::testing::procfs_fixture;
 
 using hangtrace::testing::for_each_truncation;
-
-namespace {
-
-std::string fixture(const std::string& name) { return hangtrace::testing::fixture_file("procfs/" + name); }
-
-}  // namespace
 
 // ---- stat -------------------------------------------------------------------
 
 TEST(ProcfsStat, ParsesPythonProcess) {
-  auto st = parse_stat(fixture("stat_python"));
+  auto st = parse_stat(procfs_fixture("stat_python"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->pid, 6968);
   EXPECT_EQ(st->comm, "python3");
@@ -41,7 +36,7 @@ TEST(ProcfsStat, ParsesPythonProcess) {
 
 TEST(ProcfsStat, CommWithSpacesAndParentheses) {
   // prctl(PR_SET_NAME, "w) (x y:z") on a thread.
-  auto st = parse_stat(fixture("stat_thread_weird_comm"));
+  auto st = parse_stat(procfs_fixture("stat_thread_weird_comm"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->pid, 7693);
   EXPECT_EQ(st->comm, "w) (x y:z");
@@ -52,7 +47,7 @@ TEST(ProcfsStat, CommWithSpacesAndParentheses) {
 }
 
 TEST(ProcfsStat, ZombieKeepsItsWaitStatus) {
-  auto st = parse_stat(fixture("stat_zombie"));
+  auto st = parse_stat(procfs_fixture("stat_zombie"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->state, 'Z');
   EXPECT_EQ(st->ppid, 6968);
@@ -60,7 +55,7 @@ TEST(ProcfsStat, ZombieKeepsItsWaitStatus) {
 }
 
 TEST(ProcfsStat, KernelThreadHasPfKthread) {
-  auto st = parse_stat(fixture("stat_kthreadd"));
+  auto st = parse_stat(procfs_fixture("stat_kthreadd"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->pid, 2);
   EXPECT_EQ(st->comm, "kthreadd");
@@ -85,7 +80,7 @@ TEST(ProcfsStat, MalformedInputFails) {
   EXPECT_FALSE(parse_stat("x (y) S 1 12 12 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 99").ok());
   EXPECT_FALSE(parse_stat("12 (y) SS 1 12 12 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 99").ok());
   EXPECT_FALSE(parse_stat("12 (y) S 1 12 12 0 -1 0x40 0 0 0 0 0 0 0 0 20 0 1 0 99").ok());
-  std::string text = fixture("stat_python");
+  std::string text = procfs_fixture("stat_python");
   // Cut inside the comm or before the start time: must fail.
   for (size_t n = 0; n < text.find("44377"); ++n) {
     EXPECT_FALSE(parse_stat(std::string_view(text).substr(0, n)).ok()) << n;
@@ -96,7 +91,7 @@ TEST(ProcfsStat, MalformedInputFails) {
 // ---- status -------------------------------------------------------------------
 
 TEST(ProcfsStatus, ParsesPythonProcess) {
-  auto st = parse_status(fixture("status_python"));
+  auto st = parse_status(procfs_fixture("status_python"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->name, "python3");
   EXPECT_EQ(st->state, 'R');
@@ -107,7 +102,7 @@ TEST(ProcfsStatus, ParsesPythonProcess) {
 }
 
 TEST(ProcfsStatus, ThreadWithColonInName) {
-  auto st = parse_status(fixture("status_thread_weird_comm"));
+  auto st = parse_status(procfs_fixture("status_thread_weird_comm"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->name, "w) (x y:z");
   EXPECT_EQ(st->tgid, 7652);
@@ -116,12 +111,12 @@ TEST(ProcfsStatus, ThreadWithColonInName) {
 }
 
 TEST(ProcfsStatus, ContextSwitches) {
-  auto st = parse_status(fixture("status_kthreadd"));
+  auto st = parse_status(procfs_fixture("status_kthreadd"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->name, "kthreadd");
   EXPECT_EQ(st->voluntary_ctxt_switches, 66u);
   EXPECT_EQ(st->nonvoluntary_ctxt_switches, 0u);
-  auto zombie = parse_status(fixture("status_zombie"));
+  auto zombie = parse_status(procfs_fixture("status_zombie"));
   ASSERT_TRUE(zombie.ok()) << zombie.error();
   EXPECT_EQ(zombie->state, 'Z');
   EXPECT_EQ(zombie->voluntary_ctxt_switches, 1u);
@@ -132,7 +127,7 @@ TEST(ProcfsStatus, MalformedInputFails) {
   EXPECT_FALSE(parse_status("Name:\tx\n").ok());
   EXPECT_FALSE(parse_status("Name:\tx\nTgid:\tabc\nPPid:\t1\n").ok());
   EXPECT_FALSE(parse_status("Name:\tx\nTgid:\t5\nPPid:\t1\nvoluntary_ctxt_switches:\t12x\n").ok());
-  std::string text = fixture("status_python");
+  std::string text = procfs_fixture("status_python");
   for (size_t n = 0; n < text.find("PPid:"); ++n) {
     EXPECT_FALSE(parse_status(std::string_view(text).substr(0, n)).ok()) << n;
   }
@@ -234,7 +229,7 @@ TEST(ProcfsFdinfo, Pipe) {
 }
 
 TEST(ProcfsFdinfo, EventFd) {
-  auto info = parse_fdinfo(fixture("fdinfo_eventfd"));
+  auto info = parse_fdinfo(procfs_fixture("fdinfo_eventfd"));
   ASSERT_TRUE(info.ok()) << info.error();
   EXPECT_EQ(info->flags, 02000002u);
   EXPECT_EQ(info->eventfd_id, 1u);
@@ -242,7 +237,7 @@ TEST(ProcfsFdinfo, EventFd) {
 }
 
 TEST(ProcfsFdinfo, Epoll) {
-  auto info = parse_fdinfo(fixture("fdinfo_epoll"));
+  auto info = parse_fdinfo(procfs_fixture("fdinfo_epoll"));
   ASSERT_TRUE(info.ok()) << info.error();
   ASSERT_EQ(info->epoll.size(), 2u);
   EXPECT_EQ(info->epoll[0].target_fd, 3);
@@ -254,10 +249,10 @@ TEST(ProcfsFdinfo, Epoll) {
 }
 
 TEST(ProcfsFdinfo, TimerfdAndPidfd) {
-  auto timer = parse_fdinfo(fixture("fdinfo_timerfd"));
+  auto timer = parse_fdinfo(procfs_fixture("fdinfo_timerfd"));
   ASSERT_TRUE(timer.ok()) << timer.error();
   EXPECT_EQ(timer->flags, 02u);
-  auto pidfd = parse_fdinfo(fixture("fdinfo_pidfd"));
+  auto pidfd = parse_fdinfo(procfs_fixture("fdinfo_pidfd"));
   ASSERT_TRUE(pidfd.ok()) << pidfd.error();
   EXPECT_EQ(pidfd->inode, 6969u);
 }
@@ -269,7 +264,7 @@ TEST(ProcfsFdinfo, MalformedInputFails) {
   EXPECT_FALSE(parse_fdinfo("pos:\tx\nflags:\t02\n").ok());
   EXPECT_FALSE(parse_fdinfo("pos:\t0\nflags:\t02\ntfd:        3 events:\n").ok());
   EXPECT_FALSE(parse_fdinfo("pos:\t0\nflags:\t02\ntfd: zz events: 19 data: 3\n").ok());
-  std::string text = fixture("fdinfo_epoll");
+  std::string text = procfs_fixture("fdinfo_epoll");
   for_each_truncation(text, [](std::string_view t) { (void)parse_fdinfo(t); });
   // A "tfd:" line cut in the middle is an error, not a watch with a wrong mask.
   size_t second = text.rfind("tfd:");
@@ -282,7 +277,7 @@ TEST(ProcfsFdinfo, MalformedInputFails) {
 // ---- maps -----------------------------------------------------------------------
 
 TEST(ProcfsMaps, PythonWithShm) {
-  auto maps = parse_maps(fixture("maps_python_shm"));
+  auto maps = parse_maps(procfs_fixture("maps_python_shm"));
   ASSERT_TRUE(maps.ok()) << maps.error();
   EXPECT_EQ(maps->size(), 145u);
   const Mapping& first = (*maps)[0];
@@ -309,7 +304,7 @@ TEST(ProcfsMaps, PythonWithShm) {
 }
 
 TEST(ProcfsMaps, PathsWithSpaces) {
-  auto maps = parse_maps(fixture("maps_spaces"));
+  auto maps = parse_maps(procfs_fixture("maps_spaces"));
   ASSERT_TRUE(maps.ok()) << maps.error();
   bool found_space = false, found_deleted = false;
   for (const auto& m : *maps) {
@@ -331,14 +326,14 @@ TEST(ProcfsMaps, MalformedInputFails) {
   EXPECT_FALSE(parse_maps_line("7f00-7f10 rw 00000000 00:00 0").ok());
   EXPECT_FALSE(parse_maps_line("7f00-7f10 rw-p 00000000 0000 0").ok());
   EXPECT_FALSE(parse_maps("7f00-7f10 rw-p 00000000 00:00 0\nbroken line\n").ok());
-  std::string text = fixture("maps_spaces");
+  std::string text = procfs_fixture("maps_spaces");
   for_each_truncation(text.substr(0, 600), [](std::string_view t) { (void)parse_maps(t); });
 }
 
 // ---- io, schedstat, cmdline, namespaces -------------------------------------------
 
 TEST(ProcfsIo, Parses) {
-  auto io = parse_io(fixture("io_python"));
+  auto io = parse_io(procfs_fixture("io_python"));
   ASSERT_TRUE(io.ok()) << io.error();
   EXPECT_GT(io->rchar, 0u);
   auto small = parse_io(
@@ -380,18 +375,18 @@ TEST(ProcfsNamespace, ParsesLink) {
 }
 
 TEST(ProcfsStatm, Parses) {
-  auto statm = parse_statm(fixture("statm_python"));
+  auto statm = parse_statm(procfs_fixture("statm_python"));
   ASSERT_TRUE(statm.ok()) << statm.error();
   EXPECT_EQ(statm->size_pages, 6143u);
   EXPECT_EQ(statm->resident_pages, 4112u);
   EXPECT_FALSE(parse_statm("").ok());
   EXPECT_FALSE(parse_statm("6143").ok());
   EXPECT_FALSE(parse_statm("6143 41x2 2265").ok());
-  for_each_truncation(fixture("statm_python"), parse_statm);
+  for_each_truncation(procfs_fixture("statm_python"), parse_statm);
 }
 
 TEST(ProcfsComm, DropsTheNewline) {
-  EXPECT_EQ(parse_comm(fixture("comm_python")), "python3");
+  EXPECT_EQ(parse_comm(procfs_fixture("comm_python")), "python3");
   EXPECT_EQ(parse_comm("w) (x y:z\n"), "w) (x y:z");
   EXPECT_EQ(parse_comm("no newline"), "no newline");
   EXPECT_EQ(parse_comm(""), "");
