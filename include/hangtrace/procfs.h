@@ -1,13 +1,21 @@
-// Parsers for the /proc files hangtrace reads, and thin readers for them.
+// The one /proc layer: parsers for the /proc files hangtrace reads, and
+// ProcFs, the reader of every one of them under an injectable root.
 //
 // Every parse_* function takes the file's TEXT and returns a struct, so the
 // formats are unit-tested from fixtures copied off a real machine. Malformed
 // or truncated text yields an error, never a crash or a half-filled value
-// presented as whole. The read_* functions take an injectable proc root
-// ("/proc" unless a test says otherwise) and return the errno text of a
-// failed read, so the collector can tell "gone" (ENOENT/ESRCH) from "denied".
+// presented as whole. The readers take an injectable proc root ("/proc"
+// unless a test says otherwise) and return the errno text of a failed read,
+// so the collector can tell "gone" (ENOENT/ESRCH) from "denied".
+//
+// Where they live: userspace/core/procfs/ -- process_files.cpp (stat,
+// status, syscall, io, schedstat, statm, cmdline, comm, namespace links),
+// fd_files.cpp (fd links, fdinfo), maps.cpp, socket_tables.cpp (net/tcp*,
+// udp*, unix), readers.cpp (files, links, listings, identities) and
+// proc_fs.cpp (ProcFs).
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -88,6 +96,8 @@ Result<FdInfo> parse_fdinfo(std::string_view text);
 // ---- /proc/PID/maps ---------------------------------------------------------
 Result<Mapping> parse_maps_line(std::string_view line);
 Result<std::vector<Mapping>> parse_maps(std::string_view text);
+// Whether the mapping may run code ('x' in its perms).
+inline bool is_executable(const Mapping& m) { return m.perms.size() >= 3 && m.perms[2] == 'x'; }
 
 // ---- /proc/net/{tcp,tcp6,udp,udp6} -----------------------------------------
 struct InetSocketEntry {
@@ -131,6 +141,17 @@ Result<uint64_t> parse_schedstat(std::string_view text);
 // NUL separators become spaces; the trailing NUL goes.
 std::string parse_cmdline(std::string_view text);
 
+// ---- /proc/PID/comm ---------------------------------------------------------
+// The name without its newline.
+std::string parse_comm(std::string_view text);
+
+// ---- /proc/PID/statm (pages) ------------------------------------------------
+struct ProcStatm {
+  uint64_t size_pages = 0, resident_pages = 0;
+};
+// Needs size and resident.
+Result<ProcStatm> parse_statm(std::string_view text);
+
 // ---- "net:[4026531840]" (readlink of /proc/PID/ns/net) ----------------------
 Result<uint64_t> parse_namespace_link(std::string_view link);
 
@@ -147,6 +168,20 @@ Result<std::string> read_link(const std::string& path, int* errno_out = nullptr)
 Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_out = nullptr,
                                           size_t max_entries = 1u << 22);
 
+// Which file a path names, links followed (an fd's or exe's target).
+struct FileId {
+  uint32_t dev_major = 0, dev_minor = 0;
+  uint64_t inode = 0;
+  auto operator<=>(const FileId&) const = default;
+};
+Result<FileId> stat_file(const std::string& path, int* errno_out = nullptr);
+
+// How full the filesystem holding a path is.
+struct FsUsage {
+  uint64_t size_bytes = 0, used_bytes = 0;
+};
+Result<FsUsage> filesystem_usage(const std::string& path, int* errno_out = nullptr);
+
 // True for errors meaning the process or thread is gone (ENOENT, ESRCH).
 inline bool is_gone_errno(int e) { return e == 2 /*ENOENT*/ || e == 3 /*ESRCH*/; }
 
@@ -155,32 +190,57 @@ class ProcFs {
   explicit ProcFs(std::string root = "/proc") : root_(std::move(root)) {}
   const std::string& root() const { return root_; }
 
+  // ---- paths, for what is opened rather than read (ELF files, netns fds) ----
   std::string pid_path(int pid) const;            // ROOT/PID
   std::string task_path(int pid, int tid) const;  // ROOT/PID/task/TID
+  // ROOT/PID/root/PATH: PATH (absolute) as `pid` sees it, through its mount
+  // namespace (a container's libraries and /dev/shm, not ours).
+  std::string root_path(int pid, std::string_view path) const;
+  std::string namespace_path(int pid, std::string_view ns) const;  // ROOT/PID/ns/NS
 
+  // ---- a process and its threads ----
   Result<ProcStat> stat(int pid, int* err = nullptr) const;
   Result<ProcStat> thread_stat(int pid, int tid, int* err = nullptr) const;
   Result<ProcStatus> status(int pid, int* err = nullptr) const;
   Result<ProcStatus> thread_status(int pid, int tid, int* err = nullptr) const;
+  // ROOT/PID/task/TID/syscall (TID == PID: the main thread's).
   Result<SyscallState> thread_syscall(int pid, int tid, int* err = nullptr) const;
   Result<ProcIo> thread_io(int pid, int tid, int* err = nullptr) const;
   Result<uint64_t> thread_schedstat(int pid, int tid, int* err = nullptr) const;
-  Result<std::string> cmdline(int pid, int* err = nullptr) const;
-  Result<std::string> exe(int pid, int* err = nullptr) const;
+  Result<std::string> cmdline(int pid, int* err = nullptr) const;  // parse_cmdline'd, at most 1 MiB
+  Result<std::string> environ(int pid, int* err = nullptr) const;  // raw "K=V\0..." bytes, at most 4 MiB
+  Result<std::string> comm(int pid, int* err = nullptr) const;
+  Result<std::string> cgroup(int pid, int* err = nullptr) const;  // the raw text
+  Result<std::string> exe(int pid, int* err = nullptr) const;     // the link text
+  Result<FileId> exe_file(int pid, int* err = nullptr) const;     // the file it names
   Result<uint64_t> namespace_inode(int pid, const std::string& ns, int* err = nullptr) const;
+  // The filesystem holding PATH as `pid` sees it (root_path).
+  Result<FsUsage> filesystem_usage(int pid, std::string_view path, int* err = nullptr) const;
   Result<std::vector<int>> pids(int* err = nullptr) const;
   Result<std::vector<int>> tids(int pid, int* err = nullptr) const;
-  Result<std::vector<int>> fds(int pid, int* err = nullptr) const;
-  Result<std::string> fd_link(int pid, int fd, int* err = nullptr) const;
-  Result<FdInfo> fdinfo(int pid, int fd, int* err = nullptr) const;
   Result<std::vector<Mapping>> maps(int pid, int* err = nullptr) const;
-  // table: "tcp", "tcp6", "udp", "udp6" read from ROOT/PID/net/TABLE (the
-  // namespace view of that process).
+
+  // ---- fds ----
+  Result<std::vector<int>> fds(int pid, int* err = nullptr) const;
+  Result<std::string> fd_link(int pid, int fd, int* err = nullptr) const;  // "pipe:[N]", "/dev/shm/x", ...
+  Result<FileId> fd_file(int pid, int fd, int* err = nullptr) const;       // the open file itself
+  Result<FdInfo> fdinfo(int pid, int fd, int* err = nullptr) const;
+
+  // ---- sockets, as the network namespace of `pid` shows them ----
+  // table: "tcp", "tcp6", "udp", "udp6" read from ROOT/PID/net/TABLE.
   Result<std::vector<InetSocketEntry>> inet_sockets(int pid, const std::string& table,
                                                     int* err = nullptr) const;
   Result<std::vector<UnixSocketEntry>> unix_sockets(int pid, int* err = nullptr) const;
 
+  // ---- hangtrace itself (ROOT/self, ROOT/thread-self) ----
+  Result<std::string> self_exe(int* err = nullptr) const;
+  Result<FileId> self_exe_file(int* err = nullptr) const;
+  Result<uint64_t> self_rss_bytes(int* err = nullptr) const;  // from statm
+  // The calling thread's namespace (hangtrace's own view of the network).
+  Result<uint64_t> thread_self_namespace_inode(const std::string& ns, int* err = nullptr) const;
+
  private:
+  std::string self_path() const;
   std::string root_;
 };
 

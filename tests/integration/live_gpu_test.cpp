@@ -411,5 +411,35 @@ TEST(LiveGpu, RealNcclCallsAreSeen) {
   EXPECT_EQ(s->launches, 0u) << describe(s);
 }
 
+// As the live window runs it (ModuleRescan::Window), the tracer finds the
+// libraries in the traced process's own maps: nothing is handed in, and a
+// process it follows later is read too.
+TEST(LiveGpu, TheTracerFindsTheLibrariesItself) {
+  HANGTRACE_REQUIRE_BPF();
+  GpuRepro first(false), later(false);
+  ASSERT_GT(first.pid, 0);
+  ASSERT_GT(later.pid, 0);
+  LiveOptions opt;
+  opt.module_rescan = ModuleRescan::Window;
+  opt.tgids = {first.pid};
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started) << started.error();
+  auto& t = **started;
+  auto hooks = gpu_hooks(t);
+  ASSERT_EQ(hooks.size(), 2u) << hook_listing(t);
+  for (const auto& h : hooks) EXPECT_TRUE(h.active) << h.attach << ": " << h.reason;
+  EXPECT_TRUE(gpu_state(t).gpu.cuda_pids.count(first.pid));
+  EXPECT_TRUE(t.mapped_modules().any_maps_cuda());
+  const std::vector<Mapping>* code = t.mapped_modules().code_maps(first.pid);
+  ASSERT_NE(code, nullptr);
+  EXPECT_TRUE(std::any_of(code->begin(), code->end(),
+                          [](const Mapping& m) { return m.path == HT_STUB_CUDA_LIBRARY; }));
+
+  EXPECT_FALSE(gpu_state(t).gpu.cuda_pids.count(later.pid));
+  t.trace_tgid(later.pid);
+  EXPECT_TRUE(gpu_state(t).gpu.cuda_pids.count(later.pid));
+  EXPECT_EQ(gpu_hooks(t).size(), 2u) << "the same files: nothing attached twice\n" << hook_listing(t);
+}
+
 }  // namespace
 }  // namespace hangtrace

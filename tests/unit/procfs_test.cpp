@@ -1,43 +1,26 @@
-// The /proc parsers, fed with text copied from a real machine (kernel 6.18):
-// short files inline, longer ones under fixtures/procfs/.
+// The parsers of a process's own /proc files (stat, status, syscall, fds,
+// maps, io, ...), fed with text copied from a real machine (kernel 6.18):
+// short files inline, longer ones under fixtures/procfs/. The socket tables
+// are in procfs_net_test.cpp, the readers in procfs_readers_test.cpp.
 #include "hangtrace/procfs.h"
 #include "hangtrace/syscall_nr.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "fixture_file.h"
 
 using namespace hangtrace;
 using namespace hangtrace::procfs;
+using hangtrace::testing::procfs_fixture;
 
-namespace {
-
-std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(HANGTRACE_FIXTURES_DIR) + "/procfs/" + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "missing fixture " << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Every prefix of a valid text must parse or fail cleanly, never crash; the
-// ones cut before the required parts must fail.
-template <class Parse>
-void for_each_truncation(const std::string& text, Parse parse) {
-  for (size_t n = 0; n < text.size(); ++n) parse(std::string_view(text).substr(0, n));
-}
-
-}  // namespace
+using hangtrace::testing::for_each_truncation;
 
 // ---- stat -------------------------------------------------------------------
 
 TEST(ProcfsStat, ParsesPythonProcess) {
-  auto st = parse_stat(fixture("stat_python"));
+  auto st = parse_stat(procfs_fixture("stat_python"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->pid, 6968);
   EXPECT_EQ(st->comm, "python3");
@@ -54,7 +37,7 @@ TEST(ProcfsStat, ParsesPythonProcess) {
 
 TEST(ProcfsStat, CommWithSpacesAndParentheses) {
   // prctl(PR_SET_NAME, "w) (x y:z") on a thread.
-  auto st = parse_stat(fixture("stat_thread_weird_comm"));
+  auto st = parse_stat(procfs_fixture("stat_thread_weird_comm"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->pid, 7693);
   EXPECT_EQ(st->comm, "w) (x y:z");
@@ -65,7 +48,7 @@ TEST(ProcfsStat, CommWithSpacesAndParentheses) {
 }
 
 TEST(ProcfsStat, ZombieKeepsItsWaitStatus) {
-  auto st = parse_stat(fixture("stat_zombie"));
+  auto st = parse_stat(procfs_fixture("stat_zombie"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->state, 'Z');
   EXPECT_EQ(st->ppid, 6968);
@@ -73,7 +56,7 @@ TEST(ProcfsStat, ZombieKeepsItsWaitStatus) {
 }
 
 TEST(ProcfsStat, KernelThreadHasPfKthread) {
-  auto st = parse_stat(fixture("stat_kthreadd"));
+  auto st = parse_stat(procfs_fixture("stat_kthreadd"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->pid, 2);
   EXPECT_EQ(st->comm, "kthreadd");
@@ -98,7 +81,7 @@ TEST(ProcfsStat, MalformedInputFails) {
   EXPECT_FALSE(parse_stat("x (y) S 1 12 12 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 99").ok());
   EXPECT_FALSE(parse_stat("12 (y) SS 1 12 12 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 99").ok());
   EXPECT_FALSE(parse_stat("12 (y) S 1 12 12 0 -1 0x40 0 0 0 0 0 0 0 0 20 0 1 0 99").ok());
-  std::string text = fixture("stat_python");
+  std::string text = procfs_fixture("stat_python");
   // Cut inside the comm or before the start time: must fail.
   for (size_t n = 0; n < text.find("44377"); ++n) {
     EXPECT_FALSE(parse_stat(std::string_view(text).substr(0, n)).ok()) << n;
@@ -109,7 +92,7 @@ TEST(ProcfsStat, MalformedInputFails) {
 // ---- status -------------------------------------------------------------------
 
 TEST(ProcfsStatus, ParsesPythonProcess) {
-  auto st = parse_status(fixture("status_python"));
+  auto st = parse_status(procfs_fixture("status_python"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->name, "python3");
   EXPECT_EQ(st->state, 'R');
@@ -120,7 +103,7 @@ TEST(ProcfsStatus, ParsesPythonProcess) {
 }
 
 TEST(ProcfsStatus, ThreadWithColonInName) {
-  auto st = parse_status(fixture("status_thread_weird_comm"));
+  auto st = parse_status(procfs_fixture("status_thread_weird_comm"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->name, "w) (x y:z");
   EXPECT_EQ(st->tgid, 7652);
@@ -129,12 +112,12 @@ TEST(ProcfsStatus, ThreadWithColonInName) {
 }
 
 TEST(ProcfsStatus, ContextSwitches) {
-  auto st = parse_status(fixture("status_kthreadd"));
+  auto st = parse_status(procfs_fixture("status_kthreadd"));
   ASSERT_TRUE(st.ok()) << st.error();
   EXPECT_EQ(st->name, "kthreadd");
   EXPECT_EQ(st->voluntary_ctxt_switches, 66u);
   EXPECT_EQ(st->nonvoluntary_ctxt_switches, 0u);
-  auto zombie = parse_status(fixture("status_zombie"));
+  auto zombie = parse_status(procfs_fixture("status_zombie"));
   ASSERT_TRUE(zombie.ok()) << zombie.error();
   EXPECT_EQ(zombie->state, 'Z');
   EXPECT_EQ(zombie->voluntary_ctxt_switches, 1u);
@@ -145,7 +128,7 @@ TEST(ProcfsStatus, MalformedInputFails) {
   EXPECT_FALSE(parse_status("Name:\tx\n").ok());
   EXPECT_FALSE(parse_status("Name:\tx\nTgid:\tabc\nPPid:\t1\n").ok());
   EXPECT_FALSE(parse_status("Name:\tx\nTgid:\t5\nPPid:\t1\nvoluntary_ctxt_switches:\t12x\n").ok());
-  std::string text = fixture("status_python");
+  std::string text = procfs_fixture("status_python");
   for (size_t n = 0; n < text.find("PPid:"); ++n) {
     EXPECT_FALSE(parse_status(std::string_view(text).substr(0, n)).ok()) << n;
   }
@@ -247,7 +230,7 @@ TEST(ProcfsFdinfo, Pipe) {
 }
 
 TEST(ProcfsFdinfo, EventFd) {
-  auto info = parse_fdinfo(fixture("fdinfo_eventfd"));
+  auto info = parse_fdinfo(procfs_fixture("fdinfo_eventfd"));
   ASSERT_TRUE(info.ok()) << info.error();
   EXPECT_EQ(info->flags, 02000002u);
   EXPECT_EQ(info->eventfd_id, 1u);
@@ -255,7 +238,7 @@ TEST(ProcfsFdinfo, EventFd) {
 }
 
 TEST(ProcfsFdinfo, Epoll) {
-  auto info = parse_fdinfo(fixture("fdinfo_epoll"));
+  auto info = parse_fdinfo(procfs_fixture("fdinfo_epoll"));
   ASSERT_TRUE(info.ok()) << info.error();
   ASSERT_EQ(info->epoll.size(), 2u);
   EXPECT_EQ(info->epoll[0].target_fd, 3);
@@ -267,10 +250,10 @@ TEST(ProcfsFdinfo, Epoll) {
 }
 
 TEST(ProcfsFdinfo, TimerfdAndPidfd) {
-  auto timer = parse_fdinfo(fixture("fdinfo_timerfd"));
+  auto timer = parse_fdinfo(procfs_fixture("fdinfo_timerfd"));
   ASSERT_TRUE(timer.ok()) << timer.error();
   EXPECT_EQ(timer->flags, 02u);
-  auto pidfd = parse_fdinfo(fixture("fdinfo_pidfd"));
+  auto pidfd = parse_fdinfo(procfs_fixture("fdinfo_pidfd"));
   ASSERT_TRUE(pidfd.ok()) << pidfd.error();
   EXPECT_EQ(pidfd->inode, 6969u);
 }
@@ -282,7 +265,7 @@ TEST(ProcfsFdinfo, MalformedInputFails) {
   EXPECT_FALSE(parse_fdinfo("pos:\tx\nflags:\t02\n").ok());
   EXPECT_FALSE(parse_fdinfo("pos:\t0\nflags:\t02\ntfd:        3 events:\n").ok());
   EXPECT_FALSE(parse_fdinfo("pos:\t0\nflags:\t02\ntfd: zz events: 19 data: 3\n").ok());
-  std::string text = fixture("fdinfo_epoll");
+  std::string text = procfs_fixture("fdinfo_epoll");
   for_each_truncation(text, [](std::string_view t) { (void)parse_fdinfo(t); });
   // A "tfd:" line cut in the middle is an error, not a watch with a wrong mask.
   size_t second = text.rfind("tfd:");
@@ -295,7 +278,7 @@ TEST(ProcfsFdinfo, MalformedInputFails) {
 // ---- maps -----------------------------------------------------------------------
 
 TEST(ProcfsMaps, PythonWithShm) {
-  auto maps = parse_maps(fixture("maps_python_shm"));
+  auto maps = parse_maps(procfs_fixture("maps_python_shm"));
   ASSERT_TRUE(maps.ok()) << maps.error();
   EXPECT_EQ(maps->size(), 145u);
   const Mapping& first = (*maps)[0];
@@ -322,7 +305,7 @@ TEST(ProcfsMaps, PythonWithShm) {
 }
 
 TEST(ProcfsMaps, PathsWithSpaces) {
-  auto maps = parse_maps(fixture("maps_spaces"));
+  auto maps = parse_maps(procfs_fixture("maps_spaces"));
   ASSERT_TRUE(maps.ok()) << maps.error();
   bool found_space = false, found_deleted = false;
   for (const auto& m : *maps) {
@@ -344,150 +327,14 @@ TEST(ProcfsMaps, MalformedInputFails) {
   EXPECT_FALSE(parse_maps_line("7f00-7f10 rw 00000000 00:00 0").ok());
   EXPECT_FALSE(parse_maps_line("7f00-7f10 rw-p 00000000 0000 0").ok());
   EXPECT_FALSE(parse_maps("7f00-7f10 rw-p 00000000 00:00 0\nbroken line\n").ok());
-  std::string text = fixture("maps_spaces");
+  std::string text = procfs_fixture("maps_spaces");
   for_each_truncation(text.substr(0, 600), [](std::string_view t) { (void)parse_maps(t); });
-}
-
-// ---- net tables ------------------------------------------------------------------
-
-TEST(ProcfsNet, Tcp) {
-  auto socks = parse_inet_sockets(fixture("net_tcp"), "tcp");
-  ASSERT_TRUE(socks.ok()) << socks.error();
-  ASSERT_EQ(socks->size(), 4u);
-  const auto& listen = (*socks)[1];
-  EXPECT_EQ(listen.info.local, "127.0.0.1:5000");
-  EXPECT_EQ(listen.info.remote, "0.0.0.0:0");
-  EXPECT_EQ(listen.info.state, "LISTEN");
-  EXPECT_EQ(listen.info.inode, 8715u);
-  EXPECT_EQ(listen.info.family, "tcp");
-  const auto& server_side = (*socks)[2];
-  EXPECT_EQ(server_side.info.state, "ESTABLISHED");
-  EXPECT_EQ(server_side.local_ip, "127.0.0.1");
-  EXPECT_EQ(server_side.local_port, 5000);
-  EXPECT_EQ(server_side.info.remote, "127.0.0.1:60196");
-  EXPECT_EQ(server_side.info.rx_queue, 7u);  // "abcdefg" not yet read
-  EXPECT_EQ(server_side.info.tx_queue, 0u);
-  EXPECT_EQ((*socks)[0].info.local, "0.0.0.0:2024");
-  EXPECT_EQ((*socks)[3].info.local, "127.0.0.1:60196");
-}
-
-TEST(ProcfsNet, Tcp6) {
-  auto socks = parse_inet_sockets(fixture("net_tcp6"), "tcp6");
-  ASSERT_TRUE(socks.ok()) << socks.error();
-  ASSERT_EQ(socks->size(), 3u);
-  EXPECT_EQ((*socks)[0].info.local, "[::1]:5001");
-  EXPECT_EQ((*socks)[0].info.remote, "[::]:0");
-  EXPECT_EQ((*socks)[0].info.state, "LISTEN");
-  EXPECT_EQ((*socks)[1].info.remote, "[::1]:49126");
-  EXPECT_EQ((*socks)[1].remote_ip, "::1");
-  EXPECT_EQ((*socks)[1].info.inode, 8720u);
-}
-
-TEST(ProcfsNet, Udp) {
-  auto v4 = parse_inet_sockets(fixture("net_udp"), "udp");
-  ASSERT_TRUE(v4.ok()) << v4.error();
-  ASSERT_EQ(v4->size(), 1u);
-  EXPECT_EQ((*v4)[0].info.local, "127.0.0.1:5353");
-  EXPECT_EQ((*v4)[0].info.state, "CLOSE");
-  EXPECT_EQ((*v4)[0].info.inode, 8721u);
-  auto v6 = parse_inet_sockets(fixture("net_udp6"), "udp6");
-  ASSERT_TRUE(v6.ok()) << v6.error();
-  ASSERT_EQ(v6->size(), 1u);
-  EXPECT_EQ((*v6)[0].info.local, "[::1]:5354");
-}
-
-TEST(ProcfsNet, IPv4MappedAndLoopback) {
-  std::string text =
-      "  sl  local_address                         remote_address                        st tx_queue "
-      "rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-      "   0: 0000000000000000FFFF00000100007F:1389 0000000000000000FFFF00000200000A:BFE6 01 "
-      "00000010:00000000 00:00000000 00000000     0        0 9001 1 0000000000000000 20 0 0 10 -1\n";
-  auto socks = parse_inet_sockets(text, "tcp6");
-  ASSERT_TRUE(socks.ok()) << socks.error();
-  ASSERT_EQ(socks->size(), 1u);
-  EXPECT_EQ((*socks)[0].local_ip, "::ffff:127.0.0.1");
-  EXPECT_EQ((*socks)[0].remote_ip, "::ffff:10.0.0.2");
-  EXPECT_EQ((*socks)[0].info.tx_queue, 16u);
-  EXPECT_EQ(unmap_ipv4("::ffff:10.0.0.2"), "10.0.0.2");
-  EXPECT_EQ(unmap_ipv4("::1"), "::1");
-  EXPECT_TRUE(is_loopback_address("127.0.0.1"));
-  EXPECT_TRUE(is_loopback_address("127.3.2.1"));
-  EXPECT_TRUE(is_loopback_address("::1"));
-  EXPECT_TRUE(is_loopback_address("::ffff:127.0.0.1"));
-  EXPECT_FALSE(is_loopback_address("10.0.0.2"));
-  EXPECT_FALSE(is_loopback_address("::"));
-  EXPECT_FALSE(is_loopback_address("garbage"));
-}
-
-TEST(ProcfsNet, StateNames) {
-  EXPECT_EQ(tcp_state_name(1), "ESTABLISHED");
-  EXPECT_EQ(tcp_state_name(8), "CLOSE_WAIT");
-  EXPECT_EQ(tcp_state_name(10), "LISTEN");
-  EXPECT_EQ(tcp_state_name(99), "STATE_99");
-}
-
-TEST(ProcfsNet, MalformedInputFails) {
-  std::string header =
-      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
-  EXPECT_TRUE(parse_inet_sockets(header, "tcp").ok());  // just the header: no sockets
-  EXPECT_FALSE(parse_inet_sockets(header + "   0: 0100007F:1388 00000000:0000 0A\n", "tcp").ok());
-  EXPECT_FALSE(
-      parse_inet_sockets(
-          header + "   0: 0100007:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 8715\n",
-          "tcp")
-          .ok());
-  EXPECT_FALSE(
-      parse_inet_sockets(
-          header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 8715\n",
-          "tcp6")
-          .ok());
-  EXPECT_FALSE(
-      parse_inet_sockets(
-          header + "   0: 0100007F:1388 00000000:0000 0A 0000000000000000 00:00000000 00000000 0 0 8715\n",
-          "tcp")
-          .ok());
-  EXPECT_FALSE(
-      parse_inet_sockets(
-          header + "   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 87x5\n",
-          "tcp")
-          .ok());
-  std::string text = fixture("net_tcp");
-  for_each_truncation(text, [](std::string_view t) { (void)parse_inet_sockets(t, "tcp"); });
-  std::string text6 = fixture("net_tcp6");
-  for_each_truncation(text6, [](std::string_view t) { (void)parse_inet_sockets(t, "tcp6"); });
-}
-
-TEST(ProcfsNet, Unix) {
-  auto socks = parse_unix_sockets(fixture("net_unix"));
-  ASSERT_TRUE(socks.ok()) << socks.error();
-  ASSERT_EQ(socks->size(), 6u);
-  EXPECT_EQ((*socks)[0].inode, 1147u);
-  EXPECT_EQ((*socks)[0].state, "CONNECTED");
-  EXPECT_EQ((*socks)[0].path, "");
-  EXPECT_EQ((*socks)[0].type, 1u);
-  EXPECT_EQ((*socks)[2].inode, 8723u);
-  EXPECT_TRUE((*socks)[2].listening);
-  EXPECT_EQ((*socks)[2].state, "LISTEN");
-  EXPECT_EQ((*socks)[2].path, "/tmp/fx/my sock");
-  EXPECT_EQ((*socks)[5].path, "@abstract-name");
-}
-
-TEST(ProcfsNet, UnixMalformedInputFails) {
-  std::string header = "Num       RefCount Protocol Flags    Type St Inode Path\n";
-  EXPECT_TRUE(parse_unix_sockets(header).ok());
-  EXPECT_FALSE(parse_unix_sockets(header + "00000000155fc6c0: 00000003 00000000 00000000 0001 03\n").ok());
-  EXPECT_FALSE(
-      parse_unix_sockets(header + "00000000155fc6c0: 00000003 00000000 0000000g 0001 03  1147\n").ok());
-  EXPECT_FALSE(
-      parse_unix_sockets(header + "00000000155fc6c0 00000003 00000000 00000000 0001 03  1147\n").ok());
-  std::string text = fixture("net_unix");
-  for_each_truncation(text, [](std::string_view t) { (void)parse_unix_sockets(t); });
 }
 
 // ---- io, schedstat, cmdline, namespaces -------------------------------------------
 
 TEST(ProcfsIo, Parses) {
-  auto io = parse_io(fixture("io_python"));
+  auto io = parse_io(procfs_fixture("io_python"));
   ASSERT_TRUE(io.ok()) << io.error();
   EXPECT_GT(io->rchar, 0u);
   auto small = parse_io(
@@ -528,66 +375,20 @@ TEST(ProcfsNamespace, ParsesLink) {
   EXPECT_FALSE(parse_namespace_link("net:[12").ok());
 }
 
-// ---- readers over an injected proc root --------------------------------------------
-
-TEST(ProcfsReaders, ReadSelfThroughRealProc) {
-  ProcFs proc("/proc");
-  int pid = getpid();
-  auto st = proc.stat(pid);
-  ASSERT_TRUE(st.ok()) << st.error();
-  EXPECT_EQ(st->pid, pid);
-  auto tids = proc.tids(pid);
-  ASSERT_TRUE(tids.ok()) << tids.error();
-  EXPECT_FALSE(tids->empty());
-  auto sched = proc.thread_schedstat(pid, pid);
-  EXPECT_TRUE(sched.ok()) << sched.error();
-  int err = 0;
-  auto missing = proc.stat(999999999, &err);
-  EXPECT_FALSE(missing.ok());
-  EXPECT_TRUE(is_gone_errno(err));
-  EXPECT_NE(missing.error().find("failed to read"), std::string::npos);
+TEST(ProcfsStatm, Parses) {
+  auto statm = parse_statm(procfs_fixture("statm_python"));
+  ASSERT_TRUE(statm.ok()) << statm.error();
+  EXPECT_EQ(statm->size_pages, 6143u);
+  EXPECT_EQ(statm->resident_pages, 4112u);
+  EXPECT_FALSE(parse_statm("").ok());
+  EXPECT_FALSE(parse_statm("6143").ok());
+  EXPECT_FALSE(parse_statm("6143 41x2 2265").ok());
+  for_each_truncation(procfs_fixture("statm_python"), parse_statm);
 }
 
-TEST(ProcfsReaders, FakeRootWithFixtures) {
-  // A proc root laid out by hand: the readers must only join paths.
-  std::string root = ::testing::TempDir() + "/fakeproc";
-  std::string pid_dir = root + "/6968";
-  ASSERT_EQ(
-      system(("rm -rf '" + root + "' && mkdir -p '" + pid_dir + "/task/6968' '" + pid_dir + "/net'").c_str()),
-      0);
-  auto write = [](const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-  };
-  write(pid_dir + "/stat", fixture("stat_python"));
-  write(pid_dir + "/maps", fixture("maps_python_shm"));
-  write(pid_dir + "/net/tcp", fixture("net_tcp"));
-  write(pid_dir + "/net/unix", fixture("net_unix"));
-  write(pid_dir + "/task/6968/syscall", "running\n");
-  write(pid_dir + "/cmdline", std::string("python3\0x.py\0", 13));
-  ProcFs proc(root);
-  auto st = proc.stat(6968);
-  ASSERT_TRUE(st.ok()) << st.error();
-  EXPECT_EQ(st->comm, "python3");
-  auto maps = proc.maps(6968);
-  ASSERT_TRUE(maps.ok()) << maps.error();
-  EXPECT_EQ(maps->size(), 145u);
-  auto tcp = proc.inet_sockets(6968, "tcp");
-  ASSERT_TRUE(tcp.ok()) << tcp.error();
-  EXPECT_EQ(tcp->size(), 4u);
-  auto unix_socks = proc.unix_sockets(6968);
-  ASSERT_TRUE(unix_socks.ok()) << unix_socks.error();
-  auto sc = proc.thread_syscall(6968, 6968);
-  ASSERT_TRUE(sc.ok()) << sc.error();
-  EXPECT_EQ(sc->mode, SyscallState::Mode::Running);
-  auto cmd = proc.cmdline(6968);
-  ASSERT_TRUE(cmd.ok());
-  EXPECT_EQ(*cmd, "python3 x.py");
-  auto pids = proc.pids();
-  ASSERT_TRUE(pids.ok());
-  EXPECT_EQ(*pids, std::vector<int>{6968});
-  write(pid_dir + "/status", "Name:\tx\n");  // truncated
-  auto status = proc.status(6968);
-  EXPECT_FALSE(status.ok());
-  EXPECT_NE(status.error().find("/6968/status"), std::string::npos);
+TEST(ProcfsComm, DropsTheNewline) {
+  EXPECT_EQ(parse_comm(procfs_fixture("comm_python")), "python3");
+  EXPECT_EQ(parse_comm("w) (x y:z\n"), "w) (x y:z");
+  EXPECT_EQ(parse_comm("no newline"), "no newline");
+  EXPECT_EQ(parse_comm(""), "");
 }

@@ -20,6 +20,7 @@
 #include "daemon_metrics.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
+#include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
 #include "hangtrace/wait_sampler.h"
 #include "live_sched.h"
@@ -65,6 +66,12 @@ class Daemon {
     uint64_t ts_ns = 0, due_ns = 0;
   };
   struct Job {
+    explicit Job(const daemon::ProcessEntry& e)
+        : root(e.pid),
+          start_ticks(e.start_ticks),
+          comm(e.comm),
+          cmdline(e.cmdline),
+          matched_by(e.matched_by) {}
     int root = 0;
     uint64_t start_ticks = 0;
     std::string comm, cmdline, matched_by;
@@ -80,12 +87,7 @@ class Daemon {
     std::set<std::pair<int, std::string>> incident_seen;  // (pid, trigger): one bundle each
     std::map<int, ProcessMeta> meta;                      // its live processes
     std::deque<ProcessMeta> dead_meta;                    // the last ones that exited
-    struct MapsRead {
-      uint64_t due_ns, gap_ns;
-    };
-    std::map<int, MapsRead> maps_next;  // pid -> when its maps are read next (for GPU libraries)
-    std::set<int> cuda_pids;            // its processes that map libcuda
-    uint64_t main_woken_sampled = 0;    // WaitSampler: the main thread woken from untimed waits
+    uint64_t main_woken_sampled = 0;  // WaitSampler: the main thread woken from untimed waits
   };
   // When the exact hooks were attached: a sampled wait inside such a period
   // was seen by the kernel too.
@@ -110,7 +112,9 @@ class Daemon {
   bool kernel_saw(const SampledWait& w) const;
   void set_exact_hooks(uint64_t now);
   uint64_t check_every_ns() const;
-  void notice_libraries(Job& job);
+  void report_gpu_hook_errors();
+  // What a sampled wait's fd is (WaitSampler's FdLookup).
+  static FdInfo sampled_fd_info(int tgid, int fd);
   uint64_t now_ns() const;
   double mono_to_unix_offset_s() const;
   // The cause of an earlier bundle (a previous daemon run's) of the same trigger for this job.
@@ -118,6 +122,7 @@ class Daemon {
   void log(int level, const std::string& line) const;
 
   DaemonOptions options_;
+  procfs::ProcFs proc_;
   std::unique_ptr<daemon::JobMatcher> matcher_;
   std::unique_ptr<LiveTracer> tracer_;
   std::unique_ptr<DaemonMetrics> metrics_;
@@ -128,7 +133,6 @@ class Daemon {
   std::vector<int> forget_after_metrics_;  // exited pids whose histograms go after the next read
   std::set<std::pair<int, uint64_t>> ended_jobs_;  // (root, start): never picked up again
   std::map<std::tuple<int, uint8_t, bool>, std::array<uint64_t, HT_HIST_BUCKETS + 1>> hist_seen_;
-  std::set<std::pair<int, std::string>> noticed_files_;
   std::set<std::string> reported_hook_errors_;  // GPU uprobes that failed, said once each
   std::map<std::string, int> causes_seen_;
   uint64_t last_scan_ns_ = 0, last_metrics_ns_ = 0, last_nvml_round_ns_ = 0, last_sample_ns_ = 0;

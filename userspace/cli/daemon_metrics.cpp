@@ -1,8 +1,13 @@
 #include "daemon_metrics.h"
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 
+#include "daemon.h"
 #include "hangtrace/daemon.h"
+#include "hangtrace/procfs.h"
+#include "live_histograms.h"
 
 namespace hangtrace::cli {
 
@@ -180,6 +185,100 @@ void DaemonMetrics::set_recorders(size_t records, size_t bytes, uint64_t evicted
   recorder_->Add({{"what", "records"}}).Set(static_cast<double>(records));
   recorder_->Add({{"what", "bytes"}}).Set(static_cast<double>(bytes));
   recorder_->Add({{"what", "evicted"}}).Set(static_cast<double>(evicted));
+}
+
+// ---- what the daemon publishes, each second -------------------------------------------
+
+namespace {
+
+uint64_t self_rss_bytes() {
+  auto rss = procfs::ProcFs().self_rss_bytes();
+  return rss ? *rss : 0;
+}
+
+double self_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+}  // namespace
+
+void Daemon::update_metrics(uint64_t now) {
+  size_t processes = 0;
+  std::map<std::string, int> hung = causes_seen_;
+  for (auto& [c, n] : hung) n = 0;
+  for (const auto& [root, job] : jobs_) {
+    processes += job.pids.size();
+    if (job.hung) hung[job.hang_cause.empty() ? "no-progress" : job.hang_cause]++;
+  }
+  for (const auto& [c, n] : hung) causes_seen_[c] = 0;
+  metrics_->set_jobs(jobs_.size(), processes);
+  size_t records = 0, bytes = 0;
+  uint64_t evicted = 0;
+  for (const auto& [root, job] : jobs_) {
+    records += job.recorder->size();
+    bytes += job.recorder->bytes();
+    evicted += job.recorder->evicted();
+  }
+  metrics_->set_recorders(records, bytes, evicted);
+  metrics_->set_exact_hooks(tracer_->hot_hooks_attached(), hot_attachments_);
+  metrics_->set_hangs_active(hung);
+  metrics_->set_ring_counters(tracer_->counter(HT_CNT_EVENTS), tracer_->counter(HT_CNT_DROPPED));
+  metrics_->set_self_usage(self_cpu_seconds(), static_cast<double>(self_rss_bytes()));
+
+  if (auto hists = read_blocked_histograms()) {
+    std::map<std::pair<std::string, std::string>, std::pair<std::vector<double>, double>> deltas;
+    for (const auto& h : *hists) {
+      auto role = role_of_.find(h.tgid);
+      if (role == role_of_.end()) continue;
+      auto& seen = hist_seen_[{h.tgid, h.wait_kind, h.main_thread}];
+      std::array<uint64_t, HT_HIST_BUCKETS> inc{};
+      bool any = false;
+      for (int i = 0; i < HT_HIST_BUCKETS; ++i) {
+        inc[i] = h.count[i] > seen[i] ? h.count[i] - seen[i] : 0;
+        any |= inc[i] > 0;
+        seen[i] = h.count[i];
+      }
+      double sum =
+          h.sum_ns > seen[HT_HIST_BUCKETS] ? static_cast<double>(h.sum_ns - seen[HT_HIST_BUCKETS]) / 1e9 : 0;
+      seen[HT_HIST_BUCKETS] = h.sum_ns;
+      if (!any) continue;
+      const char* r =
+          role->second == "main" ? daemon::role_name(true, h.main_thread) : daemon::role_name(false, false);
+      auto& d = deltas[{r, daemon::wait_kind_name(h.wait_kind)}];
+      std::vector<double> folded = daemon::fold_log2_buckets(inc.data(), inc.size());
+      if (d.first.empty()) d.first.assign(folded.size(), 0.0);
+      for (size_t i = 0; i < folded.size(); ++i) d.first[i] += folded[i];
+      d.second += sum;
+    }
+    for (const auto& [key, d] : deltas) metrics_->observe_blocked(key.first, key.second, d.first, d.second);
+  } else {
+    log(0, hists.error());
+  }
+  // Exited processes: their last counts are in; their entries go.
+  for (int pid : forget_after_metrics_) {
+    if (!job_of_.count(pid)) tracer_->untrace_tgid(pid);
+    forget_blocked_histograms(pid);
+    role_of_.erase(pid);
+    std::erase_if(hist_seen_, [&](const auto& kv) { return std::get<0>(kv.first) == pid; });
+  }
+  forget_after_metrics_.clear();
+
+  // GPU idle time: NVML samples since the last look, on GPUs that a tracked
+  // job uses (any GPU when NVML cannot tell processes apart).
+  if (nvml_ && nvml_->usable()) {
+    GpuObservation g;
+    nvml_->contribute(g);
+    const bool any_cuda = tracer_->mapped_modules().any_maps_cuda();
+    for (const auto& smp : g.nvml) {
+      if (smp.ts_ns <= last_nvml_round_ns_ || !smp.has_utilization || !any_cuda) continue;
+      if (smp.gpu_util_pct <= 5) metrics_->add_gpu_idle(smp.device, NvmlSampler::kDefaultIntervalNs / 1e9);
+    }
+    if (!g.nvml.empty()) last_nvml_round_ns_ = g.nvml.back().ts_ns;
+  }
+  last_metrics_ns_ = now;
 }
 
 }  // namespace hangtrace::cli

@@ -48,12 +48,9 @@ doctor::HookProbe probe_hooks(bool skip) {
     return h;
   }
   for (const auto& s : (*tracer)->hooks()) {
-    // As in --list-hooks: the loser of a twin pair, or a concern waiting for a
-    // library to probe, is on standby rather than missing.
-    bool twin = !s.active && (s.reason.rfind("not needed", 0) == 0 || s.reason.rfind("standby", 0) == 0);
     if (s.active) {
       h.active++;
-    } else if (twin) {
+    } else if (hook_on_standby(s)) {
       h.standby++;
     } else {
       h.off++;
@@ -91,13 +88,16 @@ int run_doctor_command(const DoctorOptions& opt) {
   in.hooks = probe_hooks(opt.no_hooks);
   auto report = doctor::run_doctor(in);
   if (!report) return fail(report.error());
-  if (!opt.json_path.empty()) {
-    std::string text =
-        doctor::report_to_json(*report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::string error;
-    if (!write_output(opt.json_path, text + "\n", &error)) return fail(error);
-  }
-  if (opt.json_path != "-") std::fputs(doctor::render_text(*report).c_str(), stdout);
+  std::string error;
+  if (!write_json_and_text(
+          opt.json_path,
+          [&] {
+            return doctor::report_to_json(*report).dump(2, ' ', false,
+                                                        nlohmann::json::error_handler_t::replace) +
+                   "\n";
+          },
+          [&] { return doctor::render_text(*report); }, &error))
+    return fail(error);
   return report->any_fail() ? 2 : 0;
 }
 

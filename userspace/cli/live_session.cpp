@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
 #include "hangtrace/kallsyms.h"
 
@@ -26,6 +24,11 @@ Result<std::unique_ptr<LiveSession>> LiveSession::start(const std::vector<int>& 
                                                         const LiveOptions& options) {
   LiveOptions o = options;
   o.tgids = tgids;
+  // User stack addresses mean something only against their process's
+  // mappings, and the process may be gone when the window closes: the
+  // tracer keeps every traced process's executable mappings, re-read while
+  // tracing (mapped_modules.h).
+  o.module_rescan = ModuleRescan::Window;
   auto tracer = LiveTracer::start(o);
   if (!tracer) return make_error(tracer.error());
   std::unique_ptr<LiveSession> s(new LiveSession());
@@ -49,53 +52,6 @@ void LiveSession::trace(int tgid) {
   if (!traced_.insert(tgid).second) return;
   tracer_->trace_tgid(tgid);
   aggregator_.set_meta(read_process_meta(tgid));
-  refresh_code_maps(tgid);
-}
-
-void LiveSession::refresh_code_maps(int only_tgid) {
-  auto read_one = [this](int tgid) {
-    std::ifstream maps(fmt::format("/proc/{}/maps", tgid));
-    std::vector<Mapping> code;
-    for (std::string line; std::getline(maps, line);) {
-      unsigned long long lo = 0, hi = 0, offset = 0, inode = 0;
-      char perms[5] = {};
-      int path_at = -1;
-      if (std::sscanf(line.c_str(), "%llx-%llx %4s %llx %*x:%*x %llu %n", &lo, &hi, perms, &offset, &inode,
-                      &path_at) < 5 ||
-          perms[2] != 'x')
-        continue;
-      Mapping m;
-      m.start = lo;
-      m.end = hi;
-      m.offset = offset;
-      m.perms = perms;
-      m.inode = inode;
-      if (path_at > 0 && static_cast<size_t>(path_at) < line.size()) m.path = line.substr(path_at);
-      code.push_back(std::move(m));
-    }
-    if (code.empty()) return;  // gone (or a kernel thread): keep what we knew
-    for (const Mapping& m : code)
-      if (!m.path.empty() && m.path[0] == '/' && noticed_files_.insert({tgid, m.path}).second) {
-        tracer_->notice_mapped_file(tgid, m.path);
-        if (std::filesystem::path(m.path).filename().string().starts_with("libcuda.so"))
-          cuda_pids_.insert(tgid);
-      }
-    code_maps_[tgid] = std::move(code);
-    std::error_code ec;
-    for (const auto& t : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", tgid), ec))
-      tgid_of_[std::atoi(t.path().filename().c_str())] = tgid;
-  };
-  if (only_tgid) {
-    read_one(only_tgid);
-    return;
-  }
-  uint64_t start = now_ns();
-  for (int tgid : traced_) read_one(tgid);
-  // A PyTorch process's maps take ~3 ms to read: with many workers the
-  // re-reads would cost a steady few % of a core. Spaced so that they take
-  // at most 1 % of one, and at least 500 ms apart.
-  code_maps_ns_ = now_ns();
-  code_maps_gap_ns_ = std::max<uint64_t>(500'000'000ull, (code_maps_ns_ - start) * 100);
 }
 
 void LiveSession::on_record(const void* data, size_t size) {
@@ -118,15 +74,13 @@ void LiveSession::on_record(const void* data, size_t size) {
   const TraceEvent& e = *event;
   switch (e.type) {
     case HT_EV_PROC_FORK:
-      // The kernel already follows it; read what must be read while it lives.
-      if (e.child_tgid && traced_.insert(e.child_tgid).second) {
+      // The kernel already follows it (and the tracer has read its
+      // mappings); read what must be read while it lives.
+      if (e.child_tgid && traced_.insert(e.child_tgid).second)
         aggregator_.set_meta(read_process_meta(e.child_tgid));
-        refresh_code_maps(e.child_tgid);
-      }
       break;
     case HT_EV_PROC_EXEC:
       aggregator_.set_meta(read_process_meta(e.tgid));
-      refresh_code_maps(e.tgid);
       break;
     case HT_EV_SIGNAL:
       if (e.sig == 7) note_shm_usage(e.tgid);  // SIGBUS: how full is its /dev/shm?
@@ -197,7 +151,6 @@ void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic
   while (!interrupted.load() && !stop()) {
     int n = tracer_->poll(100, sink);
     sample_shm();
-    if (now_ns() - code_maps_ns_ >= code_maps_gap_ns_) refresh_code_maps();
     // The ring buffer reads as ready as soon as it holds one record (the
     // kernel's wakeup threshold spares only a consumer already asleep), so
     // under a steady stream epoll returns at once with a handful of records
@@ -226,7 +179,6 @@ LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
     nvml_->sample_once();  // a window shorter than the interval still gets a reading at its end
     nvml_->contribute(o.gpu);
   }
-  o.gpu.cuda_pids = cuda_pids_;
   for (const auto& h : tracer_->hooks())
     o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
   resolve_stacks(o, symbolize_user);
@@ -264,23 +216,23 @@ void LiveSession::resolve_stacks(LiveObservation& o, const UserSymbolizer& symbo
       if (!frames.empty()) o.kernel_stacks[id] = std::move(frames);
     }
   }
-  refresh_code_maps();  // the last look at the living
+  tracer_->refresh_mapped_modules();  // the last look at the living
+  const MappedModules& mapped = tracer_->mapped_modules();
   for (const auto& [tid, id] : user_ids) {
     std::vector<uint64_t> addrs = tracer_->stack(id);
-    auto owner = tgid_of_.find(tid);
-    auto code = code_maps_.find(owner != tgid_of_.end() ? owner->second : tid);
+    const std::vector<Mapping>* code = mapped.code_maps(mapped.tgid_of(tid));
     std::vector<UserFrame> frames;
     for (uint64_t addr : addrs) {
       UserFrame f;
       f.addr = addr;
-      if (code != code_maps_.end()) {
+      if (code) {
         // The kernel walks user stacks by frame pointer; code built without
         // them (libc's syscall wrappers, most of a distribution) leaves the
         // walk on garbage after a frame or two: an address outside every
         // executable mapping ends the stack.
-        auto m = std::find_if(code->second.begin(), code->second.end(),
+        auto m = std::find_if(code->begin(), code->end(),
                               [&](const Mapping& m) { return addr >= m.start && addr < m.end; });
-        if (m == code->second.end()) break;
+        if (m == code->end()) break;
         f.file = m->path;
         f.module_offset = addr - m->start + m->offset;
       }

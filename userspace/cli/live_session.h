@@ -50,18 +50,9 @@ class LiveSession {
   // was freed again by the time a SIGBUS record is read must still show full,
   // so the usage of every /dev/shm the job touched is sampled on each poll.
   void sample_shm();
+  // User frames against the executable mappings the tracer kept of each
+  // traced process (read again first: the last look at the living).
   void resolve_stacks(LiveObservation& o, const UserSymbolizer& symbolize_user);
-  // User stack addresses mean something only against their process's
-  // mappings, and the process may be gone when the window closes: the
-  // executable mappings of every traced process (and which tids are its) are
-  // re-read while tracing (every 500 ms, or rarer when that would take over
-  // 1 % of a core), and on fork and exec.
-  void refresh_code_maps(int only_tgid = 0);
-  std::map<int, std::vector<Mapping>> code_maps_;        // tgid -> executable mappings
-  std::map<int, int> tgid_of_;                           // tid -> tgid
-  std::set<std::pair<int, std::string>> noticed_files_;  // (tgid, path) handed to notice_mapped_file
-  uint64_t code_maps_ns_ = 0;
-  uint64_t code_maps_gap_ns_ = 500'000'000ull;
   struct ShmSample {
     uint64_t ts_ns, used, size;
   };
@@ -69,7 +60,6 @@ class LiveSession {
   std::map<uint64_t, int> shm_sampler_pid_;                // mount ns -> a live process in it
   std::unique_ptr<LiveTracer> tracer_;
   std::unique_ptr<NvmlSampler> nvml_;
-  std::set<int> cuda_pids_;  // traced processes seen mapping libcuda
   Aggregator aggregator_;
   std::set<int> traced_;
   uint64_t start_ns_ = 0;

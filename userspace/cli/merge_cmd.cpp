@@ -63,14 +63,10 @@ int run_merge(const MergeOptions& opt) {
     }
   MergedReport report = merge_bundles(loaded);
   std::string error;
-  if (!opt.json_path.empty() &&
-      !write_output(opt.json_path, merged_report_to_json(report).dump(2) + "\n", &error))
+  if (!write_json_and_text(
+          opt.json_path, [&] { return merged_report_to_json(report).dump(2) + "\n"; },
+          [&] { return render_merged_text(report); }, &error))
     return fail(error);
-  if (opt.json_path != "-") {
-    std::string text = render_merged_text(report);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  }
   return merge_exit_status(report);
 }
 

@@ -6,6 +6,11 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
+
+namespace hangtrace {
+struct HookStatus;  // live_tracer.h
+}
 
 namespace hangtrace::cli {
 
@@ -28,5 +33,15 @@ int fail(const std::string& message);
 // whole new one, never half of it); "-" is stdout. On failure `error` says
 // "failed to write PATH: why".
 bool write_output(const std::string& path, const std::string& content, std::string* error);
+
+// A command's result: its JSON to `json_path` when one is given ("-":
+// stdout), its text to stdout unless the JSON went there. Each is rendered
+// only when written. On failure `error` says "failed to write PATH: why".
+bool write_json_and_text(const std::string& json_path, const std::function<std::string()>& json,
+                         const std::function<std::string()>& text, std::string* error);
+
+// An inactive hook that is on standby rather than missing: the loser of a
+// twin pair (tp_btf vs raw_tp), or a concern waiting for a library to probe (gpu).
+bool hook_on_standby(const HookStatus& h);
 
 }  // namespace hangtrace::cli

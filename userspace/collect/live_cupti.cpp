@@ -17,7 +17,9 @@
 
 #include "cupti.skel.h"
 #include "hangtrace/abi.h"
+#include "hangtrace/procfs.h"
 #include "live_modules.h"
+#include "mapped_modules.h"
 
 namespace hangtrace {
 
@@ -28,11 +30,6 @@ namespace {
 bool regular_file(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string base_name(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 class CuptiModule : public TracerModule {
@@ -61,13 +58,12 @@ class CuptiModule : public TracerModule {
   Result<bool> attach() override { return true; }
 
   void notice_mapped_file(int pid, const std::string& path) override {
-    if (!skel_ || base_name(path) != kCuptiInjectionLibraryName) return;
+    if (!skel_ || module_kind(path) != ModuleKind::Cupti) return;
     // Through the process's root: it may live in another mount namespace.
-    std::string host_path = fmt::format("/proc/{}/root{}", pid, path);
-    struct stat st {};
-    if (stat(host_path.c_str(), &st) != 0) return;  // gone already: the next re-read retries
-    auto file = std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
-    if (!files_.insert(file).second) return;
+    std::string host_path = procfs::ProcFs().root_path(pid, path);
+    auto file = procfs::stat_file(host_path);
+    if (!file) return;  // gone already: another process mapping it tries again
+    if (!files_.insert(*file).second) return;
     Attached a;
     a.path = path;
     a.link = bpf_program__attach_usdt(skel_->progs.cupti_gpu_activity, -1, host_path.c_str(), "hangtrace",
@@ -114,7 +110,7 @@ class CuptiModule : public TracerModule {
     std::string error;
   };
   cupti_bpf* skel_ = nullptr;
-  std::set<std::pair<uint64_t, uint64_t>> files_;  // (dev, inode) attached or tried
+  std::set<procfs::FileId> files_;  // attached or tried
   std::vector<Attached> attached_;
 };
 
@@ -135,11 +131,9 @@ std::optional<std::string> find_cupti_injection_library(const std::string& exe_p
 }
 
 std::optional<std::string> find_cupti_injection_library() {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return std::nullopt;
-  exe[n] = '\0';
-  return find_cupti_injection_library(std::string(exe));
+  auto exe = procfs::ProcFs().self_exe();
+  if (!exe || exe->empty()) return std::nullopt;
+  return find_cupti_injection_library(*exe);
 }
 
 std::unique_ptr<TracerModule> make_cupti_module() { return std::make_unique<CuptiModule>(); }

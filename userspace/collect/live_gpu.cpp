@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,7 +22,9 @@
 #include "gpu.skel.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/gpu.h"
+#include "hangtrace/procfs.h"
 #include "live_modules.h"
+#include "mapped_modules.h"
 
 namespace hangtrace {
 
@@ -136,13 +137,6 @@ const GpuFunction kFunctions[] = {
     {"ncclGroupEnd", HT_GPU_COOKIE(HT_GPU_NCCL_GROUP_END, 0, 0, 0, 0, 0, 0)},
 };
 
-std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
-
-// libcuda.so.1, libcuda.so.570.86.15, libnccl.so.2 (also the copy a PyTorch
-// wheel carries in nvidia/nccl/lib); not libnccl-net.so and the like.
-bool is_libcuda(const std::string& path) { return base_name(path).rfind("libcuda.so", 0) == 0; }
-bool is_libnccl(const std::string& path) { return base_name(path).rfind("libnccl.so", 0) == 0; }
-
 // Names of the functions `file` defines in its .dynsym (what a caller
 // resolves; a stripped library has no .symtab anyway).
 Result<std::unordered_set<std::string>> defined_functions(const std::string& file) {
@@ -234,14 +228,14 @@ class GpuModule : public TracerModule {
   }
 
   void notice_mapped_file(int pid, const std::string& path) override {
-    if (!skel_ || !(is_libcuda(path) || is_libnccl(path))) return;
-    if (is_libcuda(path)) cuda_pids_.insert(pid);
+    const ModuleKind kind = module_kind(path);
+    if (!skel_ || (kind != ModuleKind::Cuda && kind != ModuleKind::Nccl)) return;
     // As the process sees it: it may live in another mount namespace.
-    std::string file = fmt::format("/proc/{}/root{}", pid, path);
-    struct stat st {};
-    if (stat(file.c_str(), &st) != 0) return;  // gone, or " (deleted)": nothing to probe
+    std::string file = procfs::ProcFs().root_path(pid, path);
+    auto id = procfs::stat_file(file);
+    if (!id) return;  // gone, or " (deleted)": nothing to probe
     // One library is probed once, for every process that maps it.
-    if (!seen_.insert({st.st_dev, st.st_ino}).second) return;
+    if (!seen_.insert(*id).second) return;
 
     Library lib;
     lib.path = path;
@@ -279,7 +273,6 @@ class GpuModule : public TracerModule {
   void contribute(LiveObservation& o) const override {
     for (const auto& lib : libraries_)
       o.gpu.libraries.push_back(fmt::format("{}: {} uprobes", lib.path, lib.functions));
-    o.gpu.cuda_pids.insert(cuda_pids_.begin(), cuda_pids_.end());
     if (!skel_) return;
     int fd = bpf_map__fd(skel_->maps.gpu_threads);
     uint32_t key = 0, next = 0;
@@ -320,9 +313,8 @@ class GpuModule : public TracerModule {
     std::string error;
   };
   gpu_bpf* skel_ = nullptr;
-  std::set<std::pair<dev_t, ino_t>> seen_;
+  std::set<procfs::FileId> seen_;
   std::vector<Library> libraries_;
-  std::set<int> cuda_pids_;
 };
 
 }  // namespace

@@ -1,16 +1,14 @@
 // The "net" concern (bpf/net.bpf.c): TCP state changes and retransmits of
 // sockets owned by traced tasks.
 #include <bpf/bpf.h>
-#include <dirent.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/procfs.h"
 #include "live_modules.h"
 #include "live_twin_hooks.h"
 #include "net.skel.h"
@@ -41,29 +39,20 @@ static_assert(sizeof(ht_sock_owner) == 24);
 // one already hanging in connect() or recv() is adopted by its first event.
 // Best effort: a process that exits meanwhile, or an fd closed under us, is
 // simply not listed.
-void list_open_sockets(int map_fd, int tgid) {
+void list_open_sockets(int map_fd, int tgid, const procfs::ProcFs& proc) {
   ht_sock_owner owner{};
   owner.tgid = owner.tid = static_cast<uint32_t>(tgid);
-  std::string base = "/proc/" + std::to_string(tgid);
-  if (FILE* f = std::fopen((base + "/comm").c_str(), "re")) {
-    if (std::fgets(owner.comm, sizeof owner.comm, f)) owner.comm[std::strcspn(owner.comm, "\n")] = '\0';
-    std::fclose(f);
-  }
-  std::string fd_dir = base + "/fd";
-  DIR* dir = opendir(fd_dir.c_str());
-  if (!dir) return;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    char target[64];
-    ssize_t n = readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    unsigned long long inode = 0;
-    if (std::sscanf(target, "socket:[%llu]", &inode) != 1 || inode == 0) continue;
-    uint64_t key = inode;
+  if (auto comm = proc.comm(tgid)) comm->copy(owner.comm, sizeof owner.comm - 1);
+  auto fds = proc.fds(tgid);
+  if (!fds) return;
+  for (int fd : *fds) {
+    auto link = proc.fd_link(tgid, fd);
+    if (!link) continue;
+    procfs::FdLinkInfo target = procfs::classify_fd_link(*link);
+    if (target.kind != FdKind::Socket || target.inode == 0) continue;
+    uint64_t key = target.inode;
     bpf_map_update_elem(map_fd, &key, &owner, BPF_ANY);
   }
-  closedir(dir);
 }
 
 class NetModule : public TracerModule {
@@ -99,7 +88,7 @@ class NetModule : public TracerModule {
     auto attached = hooks_.attach();
     if (attached && skel_) {
       int map_fd = bpf_map__fd(skel_->maps.open_socks);
-      for (int tgid : tgids_) list_open_sockets(map_fd, tgid);
+      for (int tgid : tgids_) list_open_sockets(map_fd, tgid, procfs::ProcFs());
     }
     return attached;
   }

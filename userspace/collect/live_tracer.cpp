@@ -92,6 +92,11 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
   install_bpf_print();
 
   std::unique_ptr<LiveTracer> t(new LiveTracer());
+  LiveTracer* self = t.get();
+  t->mapped_ =
+      std::make_unique<MappedModules>(options.module_rescan, [self](int pid, const std::string& path) {
+        for (const auto& module : self->modules_) module->notice_mapped_file(pid, path);
+      });
   SharedMaps& m = t->maps_;
   m.events = create_map(BPF_MAP_TYPE_RINGBUF, "events", 0, 0,
                         static_cast<uint32_t>(ringbuf_size(options.ringbuf_bytes)));
@@ -156,11 +161,15 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
       m.events,
       [](void* ctx, void* data, size_t size) -> int {
         auto* self = static_cast<LiveTracer*>(ctx);
+        self->follow_processes(data, size);
         if (self->sink_) (*self->sink_)(data, size);
         return 0;
       },
       t.get(), nullptr);
   if (!t->ring_) return live_error("opening the ring buffer", errno);
+  // The concerns are attached: the libraries the traced processes map now
+  // reach them.
+  for (int tgid : options.tgids) t->mapped_->watch(tgid);
   return t;
 }
 
@@ -188,7 +197,22 @@ int LiveTracer::poll(int timeout_ms, const std::function<void(const void* data, 
     n = more < 0 ? more : n + more;
   }
   sink_ = nullptr;
+  mapped_->refresh_due();
   return n;
+}
+
+void LiveTracer::follow_processes(const void* data, size_t size) {
+  // Nearly every record is something else: only its type is looked at.
+  uint32_t type = 0;
+  if (size < sizeof(ht_proc_event)) return;
+  std::memcpy(&type, static_cast<const char*>(data) + offsetof(ht_event_header, type), sizeof type);
+  if (type != HT_EV_PROC_FORK && type != HT_EV_PROC_EXEC) return;
+  ht_proc_event e;
+  std::memcpy(&e, data, sizeof e);
+  if (type == HT_EV_PROC_FORK)
+    mapped_->watch(static_cast<int>(e.child_tgid));  // 0 for a new thread: nothing
+  else
+    mapped_->exec(static_cast<int>(e.hdr.tgid));
 }
 
 void LiveTracer::trace_tgid(int tgid) {
@@ -196,12 +220,14 @@ void LiveTracer::trace_tgid(int tgid) {
   uint32_t key = static_cast<uint32_t>(tgid);
   uint8_t one = 1;
   bpf_map_update_elem(maps_.traced_tgids, &key, &one, BPF_ANY);
+  mapped_->watch(tgid);
 }
 
 void LiveTracer::untrace_tgid(int tgid) {
   if (tgid <= 0) return;
   uint32_t key = static_cast<uint32_t>(tgid);
   bpf_map_delete_elem(maps_.traced_tgids, &key);
+  mapped_->forget(tgid);
 }
 
 std::vector<HookStatus> LiveTracer::hooks() const {
@@ -228,12 +254,11 @@ Result<bool> LiveTracer::set_hot_hooks(bool on) {
   return true;
 }
 
-void LiveTracer::notice_mapped_file(int pid, const std::string& path) {
-  for (const auto& module : modules_) module->notice_mapped_file(pid, path);
-}
+void LiveTracer::notice_mapped_file(int pid, const std::string& path) { mapped_->note_file(pid, path); }
 
 void LiveTracer::contribute(LiveObservation& o) const {
   for (const auto& module : modules_) module->contribute(o);
+  o.gpu.cuda_pids.insert(mapped_->cuda_pids().begin(), mapped_->cuda_pids().end());
 }
 
 uint64_t LiveTracer::counter(int index) const {

@@ -14,6 +14,7 @@
 
 #include "hangtrace/live.h"
 #include "hangtrace/result.h"
+#include "mapped_modules.h"
 
 namespace hangtrace {
 
@@ -41,6 +42,10 @@ struct LiveOptions {
   // stay detached until set_hot_hooks(true) -- the daemon's sampled steady
   // state, which costs a traced process nothing per call.
   bool hot_hooks = true;
+  // When the tracer reads the traced processes' mappings for the libraries
+  // its concerns attach to (mapped_modules.h); Manual: only what
+  // notice_mapped_file hands in.
+  ModuleRescan module_rescan = ModuleRescan::Manual;
   int verbosity = 0;
 };
 
@@ -85,10 +90,11 @@ class TracerModule {
   // Attaches what loaded; failures of optional hooks are recorded, not fatal.
   virtual Result<bool> attach() = 0;
   virtual std::vector<HookStatus> hooks() const = 0;
-  // A file that traced process `pid` maps executable, seen when its mappings
-  // are (re)read; `path` is as that process sees it (open it through
-  // /proc/PID/root). Concerns that put uprobes on libraries (libcuda, ...)
-  // attach to theirs here, also to libraries loaded after the start.
+  // A library (mapped_modules.h: libcuda, libnccl, CUPTI's) that traced
+  // process `pid` maps executable, seen when its mappings are (re)read;
+  // `path` is as that process sees it (open it through ProcFs::root_path).
+  // Concerns that put uprobes on libraries attach to theirs here, also to
+  // libraries loaded after the start.
   virtual void notice_mapped_file(int /*pid*/, const std::string& /*path*/) {}
   // Attaches (true) or detaches the concern's hot hooks (LiveOptions::hot_hooks).
   virtual Result<bool> set_hot_hooks(bool /*on*/) { return true; }
@@ -103,8 +109,12 @@ class LiveTracer {
   ~LiveTracer();
 
   // Waits up to timeout_ms for records and hands each to `on_record` (raw
-  // bytes starting with ht_event_header). Returns records consumed or -errno.
+  // bytes starting with ht_event_header); then re-reads the mappings that
+  // LiveOptions::module_rescan says are due. Returns records consumed or -errno.
   int poll(int timeout_ms, const std::function<void(const void* data, size_t size)>& on_record);
+  // Traces `tgid` (and reads its mappings, see module_rescan). The processes
+  // traced ones fork are traced by the kernel already, and their mappings
+  // read when the fork record passes by; so are those of an exec.
   void trace_tgid(int tgid);
   // After a traced process exited and its last records were read: the
   // traced set is a bounded hash, and a long-running tracer (the daemon)
@@ -114,8 +124,14 @@ class LiveTracer {
   // Attaches or detaches every concern's hot hooks (see LiveOptions::hot_hooks).
   Result<bool> set_hot_hooks(bool on);
   bool hot_hooks_attached() const { return hot_; }
-  // TracerModule::notice_mapped_file / contribute, for every concern.
+  // A file `pid` maps, by hand (what module_rescan would find): handed to
+  // the concerns when it is one of their libraries, once per (pid, path).
   void notice_mapped_file(int pid, const std::string& path);
+  // The traced processes' libraries and (live window) executable mappings.
+  const MappedModules& mapped_modules() const { return *mapped_; }
+  // Reads every traced process's mappings now (before resolving user stacks).
+  void refresh_mapped_modules() { mapped_->refresh_all(); }
+  // TracerModule::contribute for every concern, and the CUDA processes seen.
   void contribute(LiveObservation& o) const;
   uint64_t counter(int index) const;  // summed over CPUs (enum ht_counter)
   // Symbolized later by the caller; raw addresses of a stack id, innermost first.
@@ -129,6 +145,9 @@ class LiveTracer {
   std::function<void(const void*, size_t)>* sink_ = nullptr;
   std::vector<HookStatus> failed_;  // concerns that did not load or attach, with why
   bool hot_ = true;
+  std::unique_ptr<MappedModules> mapped_;
+  // Follows forks and execs in the records, for mapped_.
+  void follow_processes(const void* data, size_t size);
 };
 
 }  // namespace hangtrace

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
 #include "hangtrace/text.h"
 
@@ -53,7 +54,7 @@ thread_local pid_t t_current_pid = 0;
 int find_elf(Dwfl_Module* mod, void** userdata, const char* module_name, Dwarf_Addr base, char** file_name,
              Elf** elfp) {
   if (module_name && module_name[0] == '/' && t_current_pid > 0) {
-    std::string path = fmt::format("/proc/{}/root{}", t_current_pid, module_name);
+    std::string path = procfs::ProcFs().root_path(t_current_pid, module_name);
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
       // Mapped whole, then the fd closed: cached Dwfls would otherwise hold
@@ -193,44 +194,19 @@ std::string hex(const unsigned char* bits, int len) {
 // (modules, CFI, symbol tables) serves both. Data mappings (/dev/shm
 // segments, datasets) differ between DataLoader workers and are left out.
 std::optional<std::string> code_signature(int pid, std::string& error) {
-  std::string path = fmt::format("/proc/{}/maps", pid);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    error = fmt::format("failed to read {}: {}", path, std::strerror(errno));
+  auto maps = procfs::ProcFs().maps(pid);
+  if (!maps) {
+    error = maps.error();
     return std::nullopt;
   }
-  std::string text;
-  char buf[64 * 1024];
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n < 0) error = fmt::format("failed to read {}: {}", path, std::strerror(errno));
-      break;
-    }
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  if (!error.empty()) return std::nullopt;
-
   std::string sig;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    size_t eol = rest.find('\n');
-    std::string_view line = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
-    // start-end perms offset dev inode path: perms is the second field.
-    size_t sp1 = line.find(' ');
-    if (sp1 == std::string_view::npos || line.size() < sp1 + 4 || line[sp1 + 3] != 'x') continue;
-    size_t slash = line.find_first_of("/[", sp1);
-    if (slash == std::string_view::npos) continue;
-    std::string_view name = line.substr(slash);
-    if (name[0] == '[' && name != "[vdso]") continue;
-    sig.append(line);
-    sig.push_back('\n');
+  for (const Mapping& m : *maps) {
+    if (!procfs::is_executable(m) || m.path.empty() || (m.path[0] != '/' && m.path != "[vdso]")) continue;
+    sig += fmt::format("{:x}-{:x} {} {:x} {:x}:{:x} {} {}\n", m.start, m.end, m.perms, m.offset, m.dev_major,
+                       m.dev_minor, m.inode, m.path);
   }
   if (sig.empty()) {
-    error = fmt::format("failed to read {}: no executable mappings", path);
+    error = fmt::format("failed to read {}/maps: no executable mappings", procfs::ProcFs().pid_path(pid));
     return std::nullopt;
   }
   return sig;

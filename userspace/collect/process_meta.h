@@ -9,13 +9,15 @@
 #include <utility>
 
 #include "hangtrace/live.h"
+#include "hangtrace/procfs.h"
 
 namespace hangtrace {
 
-ProcessMeta read_process_meta(int pid, const std::string& proc_root = "/proc",
+ProcessMeta read_process_meta(int pid, const procfs::ProcFs& proc = procfs::ProcFs(),
                               const std::string& cgroup_root = "/sys/fs/cgroup");
 
 // {used, size} bytes of the /dev/shm that `pid` sees (through its mount namespace).
-std::optional<std::pair<uint64_t, uint64_t>> shm_usage_of(int pid, const std::string& proc_root = "/proc");
+std::optional<std::pair<uint64_t, uint64_t>> shm_usage_of(int pid,
+                                                          const procfs::ProcFs& proc = procfs::ProcFs());
 
 }  // namespace hangtrace

@@ -57,35 +57,31 @@ std::optional<std::string> JobMatcher::match(const std::string& cmdline, const s
 }
 
 Result<std::vector<ProcessEntry>> scan_processes(const std::string& proc_root, const JobMatcher& matcher) {
-  int err = 0;
-  auto pids = list_numeric_dir(proc_root, &err);
+  const ProcFs proc(proc_root);
+  auto pids = proc.pids();
   if (!pids) return make_error(pids.error());
   std::vector<ProcessEntry> out;
   out.reserve(pids->size());
   for (int pid : *pids) {
-    std::string dir = fmt::format("{}/{}", proc_root, pid);
-    auto stat_text = read_text_file(dir + "/stat");
-    if (!stat_text) continue;
-    auto stat = parse_stat(*stat_text);
+    auto stat = proc.stat(pid);
     if (!stat || stat->is_kernel_thread()) continue;
     ProcessEntry e;
     e.pid = pid;
     e.ppid = stat->ppid;
     e.start_ticks = stat->start_time_ticks;
     e.comm = stat->comm;
-    auto cmdline = read_text_file(dir + "/cmdline");
+    auto cmdline = proc.cmdline(pid);
     if (!cmdline) continue;
-    e.cmdline = parse_cmdline(*cmdline);
+    e.cmdline = std::move(*cmdline);
     if (e.cmdline.empty()) continue;  // a zombie, or exiting
     std::string cgroup;
     if (matcher.wants_cgroup())
-      if (auto c = read_text_file(dir + "/cgroup")) cgroup = *c;
+      if (auto c = proc.cgroup(pid)) cgroup = *c;
     std::vector<std::string> fds;
     if (matcher.wants_fds())
-      if (auto list = list_numeric_dir(dir + "/fd"))
+      if (auto list = proc.fds(pid))
         for (int fd : *list)
-          if (auto target = read_link(fmt::format("{}/fd/{}", dir, fd));
-              target && target->starts_with("/dev/nvidia"))
+          if (auto target = proc.fd_link(pid, fd); target && target->starts_with("/dev/nvidia"))
             fds.push_back(*target);
     if (auto why = matcher.match(e.cmdline, cgroup, fds)) e.matched_by = *why;
     out.push_back(std::move(e));

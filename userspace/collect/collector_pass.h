@@ -1,0 +1,115 @@
+// The collector's one pass (collect_snapshot, collector.h) as a class whose
+// concerns live in their own files: collector.cpp (the target, the tree,
+// one process, the whole pass), collector_threads.cpp (threads, their
+// syscalls and wait memory, progress samples, kernel and native stacks),
+// collector_fds.cpp (fds, maps, readiness probes), collector_sockets.cpp
+// (socket tables, peers) and collector_shm.cpp (/dev/shm). Internal to
+// userspace/collect.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <fmt/format.h>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "collector.h"
+#include "hangtrace/procfs.h"
+
+namespace hangtrace::collector_pass {
+
+using procfs::is_gone_errno;
+using procfs::ProcFs;
+
+// Fds looked at per process, in the tree and in the host-wide search for peers.
+constexpr size_t kMaxFdsPerProcess = 1 << 17;
+
+double monotonic_s();
+// Both clocks read back to back: live events carry CLOCK_MONOTONIC, people
+// read wall-clock time, and blocked times are durations back from this instant.
+void record_sample_clocks(Snapshot& snap);
+
+// The socket tables of one network namespace, keyed by inode.
+struct NetnsSockets {
+  uint64_t netns = 0;
+  int reader_pid = 0;  // whose /proc/PID/net we read
+  std::unordered_map<uint64_t, SocketInfo> by_inode;
+  std::unordered_map<uint64_t, std::string> remote_ip;  // inet sockets only
+  // Listening TCP/UDP sockets by port, for connections not accepted yet.
+  std::multimap<uint16_t, uint64_t> tcp_listeners;
+};
+
+struct ProgressSample {
+  bool ok = false;
+  uint64_t cpu_ns = 0;
+  uint64_t io_bytes = 0;
+};
+
+class Collector {
+ public:
+  Collector(int target, const CollectOptions& options)
+      : target_(target), options_(options), proc_(options.proc_root) {}
+
+  Result<Snapshot> run();
+
+ private:
+  // ---- helpers ----
+  void limitation(std::string line);
+  void debug(const std::string& line) const {
+    if (options_.verbosity >= 3) fmt::print(stderr, "hangtrace: {}\n", line);
+  }
+  std::optional<Error> validate_target();
+  // A 'Z' process whose leader called pthread_exit still runs its other
+  // threads, but /proc/PID/{fd,maps,ns,root} went with the leader: the same
+  // files under /proc/TID of a live thread show them. Returns the id to use
+  // in /proc paths, or nullopt when every thread has exited.
+  std::optional<int> live_proc_id(int pid, const procfs::ProcStat& st) const;
+  int proc_id(int pid) const {
+    auto it = proc_ids_.find(pid);
+    return it == proc_ids_.end() ? pid : it->second;
+  }
+  void scan_all_processes();
+  std::vector<int> descendants_of(int pid) const;
+  // Fills a ProcessInfo, or nullopt when the process is gone.
+  std::optional<ProcessInfo> collect_process(int pid, ProcessRole role);
+  void collect_fds(ProcessInfo& p);
+  void collect_threads(ProcessInfo& p);
+  std::vector<int> waited_fds(const ProcessInfo& p, const ThreadInfo& t) const;
+  void load_network_namespace(uint64_t netns, int reader_pid);
+  const SocketInfo* find_socket(uint64_t inode) const;
+  void find_peers();
+  ProgressSample sample_progress(int pid, int tid) const;
+  void take_progress_samples(bool start);
+  void collect_kernel_views();
+  void collect_maps(ProcessInfo& p);
+  void collect_native_stacks();
+  void probe_readiness(ProcessInfo& p);
+  void collect_shm();
+  void assemble_sockets();
+  bool target_still_there() const;
+
+  int target_;
+  CollectOptions options_;
+  ProcFs proc_;
+  Snapshot snap_;
+  size_t dropped_limitations_ = 0;
+  uint64_t target_start_time_ = 0;
+
+  std::vector<int> all_pids_;                        // /proc at the start
+  std::unordered_map<int, procfs::ProcStat> stats_;  // of all_pids_
+  std::unordered_map<int, std::vector<int>> children_;
+  std::unordered_map<int, std::vector<uint64_t>> futex_addresses_;  // by pid
+  std::unordered_set<int> memory_blocked_;                          // pids whose mmap_lock did not come free
+  std::unordered_set<int> exited_;                                  // zombies: no fds, maps or memory left
+  std::unordered_map<int, int> proc_ids_;  // pid -> live tid, where the leader has exited
+  std::map<uint64_t, NetnsSockets> netns_sockets_;
+  uint64_t own_netns_ = 0;
+  double progress_start_s_ = 0;
+};
+
+}  // namespace hangtrace::collector_pass

@@ -1,0 +1,144 @@
+// ProcFs: every /proc file hangtrace reads, under one injectable root.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "hangtrace/procfs.h"
+
+namespace hangtrace::procfs {
+
+namespace {
+
+template <class T, class Parse>
+Result<T> read_and_parse(const std::string& path, int* err, Parse parse) {
+  auto text = read_text_file(path, err);
+  if (!text) return make_error(text.error());
+  auto parsed = parse(*text);
+  if (!parsed) return make_error(fmt::format("{} ({})", parsed.error(), path));
+  return std::move(*parsed);
+}
+
+Result<uint64_t> read_namespace_link(const std::string& path, int* err) {
+  auto link = read_link(path, err);
+  if (!link) return make_error(link.error());
+  return parse_namespace_link(*link);
+}
+
+// A process's environ may be large (a few MiB of exported variables), and
+// comm at most 16 bytes: bounds well above either, so a hostile file cannot
+// make hangtrace hold gigabytes.
+constexpr size_t kMaxCmdlineBytes = size_t{1} << 20;
+constexpr size_t kMaxEnvironBytes = size_t{4} << 20;
+constexpr size_t kMaxCommBytes = 4096;
+
+}  // namespace
+
+// ---- paths ------------------------------------------------------------------------
+
+std::string ProcFs::pid_path(int pid) const { return fmt::format("{}/{}", root_, pid); }
+std::string ProcFs::task_path(int pid, int tid) const {
+  return fmt::format("{}/{}/task/{}", root_, pid, tid);
+}
+std::string ProcFs::root_path(int pid, std::string_view path) const {
+  return fmt::format("{}/{}/root{}", root_, pid, path);
+}
+std::string ProcFs::namespace_path(int pid, std::string_view ns) const {
+  return fmt::format("{}/{}/ns/{}", root_, pid, ns);
+}
+std::string ProcFs::self_path() const { return root_ + "/self"; }
+
+// ---- a process and its threads -------------------------------------------------------
+
+Result<ProcStat> ProcFs::stat(int pid, int* err) const {
+  return read_and_parse<ProcStat>(pid_path(pid) + "/stat", err, parse_stat);
+}
+Result<ProcStat> ProcFs::thread_stat(int pid, int tid, int* err) const {
+  return read_and_parse<ProcStat>(task_path(pid, tid) + "/stat", err, parse_stat);
+}
+Result<ProcStatus> ProcFs::status(int pid, int* err) const {
+  return read_and_parse<ProcStatus>(pid_path(pid) + "/status", err, parse_status);
+}
+Result<ProcStatus> ProcFs::thread_status(int pid, int tid, int* err) const {
+  return read_and_parse<ProcStatus>(task_path(pid, tid) + "/status", err, parse_status);
+}
+Result<SyscallState> ProcFs::thread_syscall(int pid, int tid, int* err) const {
+  return read_and_parse<SyscallState>(task_path(pid, tid) + "/syscall", err, parse_syscall);
+}
+Result<ProcIo> ProcFs::thread_io(int pid, int tid, int* err) const {
+  return read_and_parse<ProcIo>(task_path(pid, tid) + "/io", err, parse_io);
+}
+Result<uint64_t> ProcFs::thread_schedstat(int pid, int tid, int* err) const {
+  return read_and_parse<uint64_t>(task_path(pid, tid) + "/schedstat", err, parse_schedstat);
+}
+Result<std::string> ProcFs::cmdline(int pid, int* err) const {
+  auto text = read_text_file(pid_path(pid) + "/cmdline", err, kMaxCmdlineBytes);
+  if (!text) return make_error(text.error());
+  return parse_cmdline(*text);
+}
+Result<std::string> ProcFs::environ(int pid, int* err) const {
+  return read_text_file(pid_path(pid) + "/environ", err, kMaxEnvironBytes);
+}
+Result<std::string> ProcFs::comm(int pid, int* err) const {
+  auto text = read_text_file(pid_path(pid) + "/comm", err, kMaxCommBytes);
+  if (!text) return make_error(text.error());
+  return parse_comm(*text);
+}
+Result<std::string> ProcFs::cgroup(int pid, int* err) const {
+  return read_text_file(pid_path(pid) + "/cgroup", err);
+}
+Result<std::string> ProcFs::exe(int pid, int* err) const { return read_link(pid_path(pid) + "/exe", err); }
+Result<FileId> ProcFs::exe_file(int pid, int* err) const { return stat_file(pid_path(pid) + "/exe", err); }
+Result<uint64_t> ProcFs::namespace_inode(int pid, const std::string& ns, int* err) const {
+  return read_namespace_link(namespace_path(pid, ns), err);
+}
+Result<FsUsage> ProcFs::filesystem_usage(int pid, std::string_view path, int* err) const {
+  return procfs::filesystem_usage(root_path(pid, path), err);
+}
+Result<std::vector<int>> ProcFs::pids(int* err) const { return list_numeric_dir(root_, err); }
+Result<std::vector<int>> ProcFs::tids(int pid, int* err) const {
+  return list_numeric_dir(pid_path(pid) + "/task", err);
+}
+Result<std::vector<Mapping>> ProcFs::maps(int pid, int* err) const {
+  return read_and_parse<std::vector<Mapping>>(pid_path(pid) + "/maps", err, parse_maps);
+}
+
+// ---- fds ------------------------------------------------------------------------------
+
+Result<std::vector<int>> ProcFs::fds(int pid, int* err) const {
+  return list_numeric_dir(pid_path(pid) + "/fd", err);
+}
+Result<std::string> ProcFs::fd_link(int pid, int fd, int* err) const {
+  return read_link(fmt::format("{}/fd/{}", pid_path(pid), fd), err);
+}
+Result<FileId> ProcFs::fd_file(int pid, int fd, int* err) const {
+  return stat_file(fmt::format("{}/fd/{}", pid_path(pid), fd), err);
+}
+Result<FdInfo> ProcFs::fdinfo(int pid, int fd, int* err) const {
+  return read_and_parse<FdInfo>(fmt::format("{}/fdinfo/{}", pid_path(pid), fd), err, parse_fdinfo);
+}
+
+// ---- sockets of a process's network namespace -------------------------------------------
+
+Result<std::vector<InetSocketEntry>> ProcFs::inet_sockets(int pid, const std::string& table, int* err) const {
+  return read_and_parse<std::vector<InetSocketEntry>>(
+      fmt::format("{}/net/{}", pid_path(pid), table), err,
+      [&table](std::string_view text) { return parse_inet_sockets(text, table); });
+}
+Result<std::vector<UnixSocketEntry>> ProcFs::unix_sockets(int pid, int* err) const {
+  return read_and_parse<std::vector<UnixSocketEntry>>(pid_path(pid) + "/net/unix", err, parse_unix_sockets);
+}
+
+// ---- hangtrace itself ---------------------------------------------------------------------
+
+Result<std::string> ProcFs::self_exe(int* err) const { return read_link(self_path() + "/exe", err); }
+Result<FileId> ProcFs::self_exe_file(int* err) const { return stat_file(self_path() + "/exe", err); }
+Result<uint64_t> ProcFs::self_rss_bytes(int* err) const {
+  auto statm = read_and_parse<ProcStatm>(self_path() + "/statm", err, parse_statm);
+  if (!statm) return make_error(statm.error());
+  return statm->resident_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+Result<uint64_t> ProcFs::thread_self_namespace_inode(const std::string& ns, int* err) const {
+  return read_namespace_link(fmt::format("{}/thread-self/ns/{}", root_, ns), err);
+}
+
+}  // namespace hangtrace::procfs

@@ -1,0 +1,103 @@
+// The readers under the parsers: whole (bounded) files, links, numeric
+// directory listings and file identities, each failing with the errno text.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "fields.h"
+#include "hangtrace/procfs.h"
+
+namespace hangtrace::procfs {
+
+using fields::parse_int;
+
+namespace {
+
+// "failed to VERB PATH: <strerror(e)>", with `e` handed to the caller.
+Error os_error(const char* verb, const std::string& path, int e, int* errno_out) {
+  if (errno_out) *errno_out = e;
+  return make_error(fmt::format("failed to {} {}: {}", verb, path, std::strerror(e)));
+}
+
+}  // namespace
+
+Result<std::string> read_text_file(const std::string& path, int* errno_out, size_t max_bytes) {
+  if (errno_out) *errno_out = 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return os_error("read", path, errno, errno_out);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return os_error("read", path, e, errno_out);
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      if (errno_out) *errno_out = EFBIG;
+      return make_error(fmt::format("failed to read {}: larger than {} bytes", path, max_bytes));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Result<std::string> read_link(const std::string& path, int* errno_out) {
+  if (errno_out) *errno_out = 0;
+  char buf[4096];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
+  if (n < 0) return os_error("read link", path, errno, errno_out);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_out, size_t max_entries) {
+  if (errno_out) *errno_out = 0;
+  DIR* dir = ::opendir(path.c_str());
+  if (!dir) return os_error("list", path, errno, errno_out);
+  std::vector<int> out;
+  errno = 0;
+  while (dirent* entry = ::readdir(dir)) {
+    if (auto n = parse_int<int>(entry->d_name)) {
+      if (*n >= 0) out.push_back(*n);
+    }
+    if (out.size() >= max_entries) break;
+    errno = 0;
+  }
+  int e = errno;
+  ::closedir(dir);
+  if (e != 0) return os_error("list", path, e, errno_out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<FileId> stat_file(const std::string& path, int* errno_out) {
+  if (errno_out) *errno_out = 0;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return os_error("examine", path, errno, errno_out);
+  return FileId{major(st.st_dev), minor(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+Result<FsUsage> filesystem_usage(const std::string& path, int* errno_out) {
+  if (errno_out) *errno_out = 0;
+  struct statvfs vfs {};
+  if (::statvfs(path.c_str(), &vfs) != 0) return os_error("examine", path, errno, errno_out);
+  FsUsage u;
+  u.size_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  u.used_bytes = static_cast<uint64_t>(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
+  return u;
+}
+
+}  // namespace hangtrace::procfs
