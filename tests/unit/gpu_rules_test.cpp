@@ -124,7 +124,7 @@ NvmlSample nvml(uint64_t ts, unsigned util) {
 
 const Finding* find_kind(const Diagnosis& d, const std::string& kind) {
   for (const auto& f : d.findings)
-    if (f.kind == kind) return &f;
+    if (finding_kind_name(f.kind) == kind) return &f;
   return nullptr;
 }
 

@@ -82,7 +82,7 @@ TraceEvent tcp_event(uint32_t type, int tgid, uint16_t sport, const char* daddr,
 
 const Finding* network_wait(const Diagnosis& d) {
   for (const auto& f : d.findings)
-    if (f.kind == "network-wait") return &f;
+    if (f.kind == FindingKind::NetworkWait) return &f;
   return nullptr;
 }
 

@@ -152,7 +152,7 @@ TEST(ProgressStopped, IsTheLatestWaitStartInTheStuckSet) {
   Fixture f = main_waits_for_stuck_child(30.0, 90.0);
   Diagnosis d = diagnose(f.s);
   ASSERT_EQ(d.verdict.status, "hang") << d.verdict.summary;
-  ASSERT_EQ(d.findings.front().kind, "orphaned-lock");
+  ASSERT_STREQ(finding_kind_name(d.findings.front().kind), "orphaned-lock");
   ASSERT_TRUE(d.progress_stopped);
   const ProgressStop& ps = *d.progress_stopped;
   EXPECT_EQ(ps.tid, 100);
@@ -360,7 +360,7 @@ TEST(Timelines, TextIsBoundedInThreadsAndIntervals) {
         interval(live.start_ns + i * kSecond, live.start_ns + i * kSecond + kSecond / 4, "futex 0x4000"));
   live.last_waker[200] = wakeup(200, 200, live.start_ns + 9 * kSecond + kSecond / 4, 100, 101, "python3");
   Diagnosis d = diagnose(f.s, {}, &live);
-  ASSERT_EQ(d.findings.front().kind, "orphaned-lock");
+  ASSERT_STREQ(finding_kind_name(d.findings.front().kind), "orphaned-lock");
   ASSERT_EQ(d.findings.front().tids.size(), 10u);
   std::string text = render_text(f.s, d, {}, &live);
   auto ls = lines_of(text);

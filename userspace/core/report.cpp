@@ -407,9 +407,9 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
         line(fmt::format("{}└─ {} {}", indent, step.edge, step.to));
         indent += "   ";
       }
-      if (top.kind == "orphaned-lock" || top.kind == "dead-peer")
+      if (top.kind == FindingKind::OrphanedLock || top.kind == FindingKind::DeadPeer)
         line(fmt::format("{}✗ nothing alive can end this wait", indent));
-      else if (top.kind == "deadlock-cycle")
+      else if (top.kind == FindingKind::DeadlockCycle)
         line(fmt::format("{}↺ back to the start: a cycle", indent));
     }
     if (!top.advice.empty()) {
@@ -476,7 +476,7 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
     line("FINDINGS");
     for (const auto& f : d.findings) {
       line(fmt::format("[{}] {} {} {} | pids {}", f.id, severity_name(f.severity),
-                       confidence_name(f.confidence), f.kind, fmt::join(f.pids, ", ")));
+                       confidence_name(f.confidence), finding_kind_name(f.kind), fmt::join(f.pids, ", ")));
       line("  " + f.summary);
       if (!f.evidence.empty()) {
         line("  evidence:");
@@ -607,7 +607,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
     json chain = json::array();
     for (const auto& s : f.chain) chain.push_back({{"from", s.from}, {"edge", s.edge}, {"to", s.to}});
     findings.push_back({{"id", f.id},
-                        {"kind", f.kind},
+                        {"kind", finding_kind_name(f.kind)},
                         {"severity", severity_name(f.severity)},
                         {"confidence", confidence_name(f.confidence)},
                         {"pids", f.pids},

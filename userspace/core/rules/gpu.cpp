@@ -1,8 +1,5 @@
 // gpu-starved and gpu-wait: the GPU's side of the story, paired with what the
 // host threads that feed it are blocked on.
-#include "gpu_rules.h"
-#include "hangtrace/text.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,8 +8,10 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/gpu.h"
+#include "hangtrace/text.h"
+#include "rules.h"
 
-namespace hangtrace {
+namespace hangtrace::rules {
 
 namespace {
 
@@ -120,8 +119,8 @@ IdleReading gpu_idle(const RuleContext& ctx) {
                         "the observation ({} kernels and copies recorded)",
                         format_ns(end - std::min(end, last_gpu_end)), gpu_records));
       else
-        r.evidence.push_back(
-            fmt::format("CUPTI: no kernel or copy ran on the GPU during the {} window", format_short_duration(window_s)));
+        r.evidence.push_back(fmt::format("CUPTI: no kernel or copy ran on the GPU during the {} window",
+                                         format_short_duration(window_s)));
     }
   }
   // Uprobes: launches during the window.
@@ -145,8 +144,8 @@ IdleReading gpu_idle(const RuleContext& ctx) {
                       "by {}",
                       format_ns(end - std::min(end, last_launch)), ctx.thread_label(by)));
     else
-      r.evidence.push_back(
-          fmt::format("uprobes on libcuda: no kernel launched during the {} window", format_short_duration(window_s)));
+      r.evidence.push_back(fmt::format("uprobes on libcuda: no kernel launched during the {} window",
+                                       format_short_duration(window_s)));
   }
   return r;
 }
@@ -184,12 +183,17 @@ std::optional<int> feeder_thread(const RuleContext& ctx, std::string* how) {
   return std::nullopt;
 }
 
-void add_unique(std::vector<int>& v, int x) {
-  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
-}
+// A host thread waiting for the GPU: a CUDA synchronize (or a synchronous
+// copy) seen in progress by the uprobes, or in the thread's stacks.
+struct HostGpuWait {
+  int pid = 0, tid = 0;
+  std::string call;     // "cuCtxSynchronize", "torch.cuda.synchronize"
+  double waited_s = 0;  // so far, at the end of the observation
+  std::string source;   // "uprobe", "native stack", "python stack"
+  bool certain = false;
+};
 
-}  // namespace
-
+// Every host thread waiting for the GPU.
 std::vector<HostGpuWait> host_gpu_waits(const RuleContext& ctx) {
   std::vector<HostGpuWait> out;
   std::set<int> seen;
@@ -246,6 +250,8 @@ std::vector<HostGpuWait> host_gpu_waits(const RuleContext& ctx) {
   return out;
 }
 
+}  // namespace
+
 std::vector<Finding> gpu_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
   const GpuObservation* g = ctx.live ? &ctx.live->gpu : nullptr;
@@ -256,9 +262,7 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
   // ---- gpu-wait ---------------------------------------------------------------
   for (const HostGpuWait& w : waits) {
     if (w.waited_s < ctx.opt.gpu_wait_after_s) continue;
-    Finding f;
-    f.kind = "gpu-wait";
-    f.rank = 6;
+    Finding f(FindingKind::GpuWait);
     add_unique(f.pids, w.pid);
     add_unique(f.tids, w.tid);
     f.chain_tids = {w.tid};
@@ -266,8 +270,8 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
     std::string who = ctx.thread_label(w.tid);
     f.chain.push_back({who, "waits in", w.call});
     f.chain.push_back({w.call, "waits for", "work on the GPU"});
-    f.evidence.push_back(
-        fmt::format("{} has been in {} for {} (seen by {})", who, w.call, format_short_duration(w.waited_s), w.source));
+    f.evidence.push_back(fmt::format("{} has been in {} for {} (seen by {})", who, w.call,
+                                     format_short_duration(w.waited_s), w.source));
     nlohmann::json details = {
         {"pid", w.pid}, {"tid", w.tid}, {"call", w.call}, {"source", w.source}, {"waited_s", w.waited_s}};
     // What the device is doing meanwhile.
@@ -296,7 +300,8 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
         double age = end > oldest_pending->start_ns ? (end - oldest_pending->start_ns) / 1e9 : 0;
         f.evidence.push_back(fmt::format(
             "CUPTI: {} launch{} without a finished kernel; the oldest ({}, correlation {}) {} ago", pending,
-            pending > 1 ? "es" : "", oldest_pending->name, oldest_pending->correlation_id, format_short_duration(age)));
+            pending > 1 ? "es" : "", oldest_pending->name, oldest_pending->correlation_id,
+            format_short_duration(age)));
         details["pending_launches"] = pending;
         details["oldest_pending_s"] = age;
         device_state = fmt::format("a kernel launched {} ago has not finished", format_short_duration(age));
@@ -328,8 +333,8 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
                       "yet the GPU is idle: what it waits for is not running (an event never recorded, a "
                       "collective whose peers never came)";
     if (!device_state.empty()) details["device"] = device_state;
-    f.summary = fmt::format("{} has waited {} in {} for the GPU{}", who, format_short_duration(w.waited_s), w.call,
-                            device_state.empty() ? "" : ": " + device_state);
+    f.summary = fmt::format("{} has waited {} in {} for the GPU{}", who, format_short_duration(w.waited_s),
+                            w.call, device_state.empty() ? "" : ": " + device_state);
     bool overrun = details.contains("oldest_pending_s") && details.contains("longest_kernel_ns") &&
                    details["oldest_pending_s"].get<double>() * 1e9 >=
                        1000.0 * details["longest_kernel_ns"].get<double>();
@@ -359,9 +364,7 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
     if (tw && !in_gpu_wait &&
         (tw->activity == Activity::Blocked || tw->activity == Activity::TimedWait ||
          tw->activity == Activity::DiskWait)) {
-      Finding f;
-      f.kind = "gpu-starved";
-      f.rank = 45;
+      Finding f(FindingKind::GpuStarved);
       add_unique(f.pids, tw->pid);
       add_unique(f.tids, *feeder);
       std::string who = ctx.thread_label(*feeder);
@@ -372,16 +375,18 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
       f.severity = stuck ? Severity::Critical : Severity::Warning;
       f.confidence = stuck ? Confidence::Certain : Confidence::Probable;
       std::string waits_on = tw->summary.empty() ? activity_name(tw->activity) : tw->summary;
-      f.summary = fmt::format("the GPU is idle because the thread that feeds it, {}, {}{}", who, waits_on,
-                              tw->blocked_s ? fmt::format(" (for {})", format_short_duration(*tw->blocked_s)) : "");
+      f.summary =
+          fmt::format("the GPU is idle because the thread that feeds it, {}, {}{}", who, waits_on,
+                      tw->blocked_s ? fmt::format(" (for {})", format_short_duration(*tw->blocked_s)) : "");
       f.evidence.push_back(fmt::format("{} {}", who, how));
       for (const auto& e : idle.evidence) f.evidence.push_back(e);
       // Point at the host finding that explains the feeder's wait.
       for (const auto& host : ctx.findings)
         if (std::find(host.chain_tids.begin(), host.chain_tids.end(), *feeder) != host.chain_tids.end() ||
             std::find(host.tids.begin(), host.tids.end(), *feeder) != host.tids.end()) {
-          f.details["host_finding_kind"] = host.kind;
-          f.evidence.push_back(fmt::format("the host side: {} — {}", host.kind, host.summary));
+          f.details["host_finding_kind"] = finding_kind_name(host.kind);
+          f.evidence.push_back(
+              fmt::format("the host side: {} — {}", finding_kind_name(host.kind), host.summary));
           break;
         }
       f.details["feeder_tid"] = *feeder;
@@ -399,4 +404,4 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx) {
   return out;
 }
 
-}  // namespace hangtrace
+}  // namespace hangtrace::rules
