@@ -102,8 +102,8 @@ struct WaitGraph {
   std::map<int, ThreadWait> threads;  // by tid
   std::map<int, int> tid_to_pid;
 
-  // Threads whose wait could be ended by `tid` (its dependents), and the
-  // threads `tid` depends on (releasers of everything it waits on).
+  // The threads `tid` depends on: the releasers of everything it waits on
+  // (itself excepted), sorted.
   std::vector<int> depends_on(int tid) const;
 };
 
@@ -115,7 +115,11 @@ const char* job_role_label(const Snapshot& snapshot, const ProcessInfo* process)
 
 struct ChainStep {
   std::string from;
-  std::string edge;  // "waits on", "can be released by", "held by"
+  // "waits on" (thread -> object), "can be released by" (object -> thread),
+  // "note" (object -> what is known of it), "waits:" (thread -> the summary
+  // of a wait on no known object); GPU and collective chains also "waits in",
+  // "waits for", "is idle, fed by", "needs", "is instead".
+  std::string edge;
   std::string to;
 };
 
@@ -133,7 +137,7 @@ struct Finding {
   Confidence confidence = Confidence::Probable;
   std::vector<int> pids, tids;
   std::string summary;
-  std::vector<ChainStep> chain;  // from the target's main thread to the cause
+  std::vector<ChainStep> chain;  // from the target's main thread (gpu-starved: the GPU) to the cause
   std::vector<std::string> evidence;
   std::vector<std::string> advice;
   nlohmann::json details = nlohmann::json::object();

@@ -1,6 +1,8 @@
 // The versioned JSON report (docs/json-schema.md): the verdict, the
 // findings, every process and thread with its wait and stacks, the wait-for
 // graph's objects, /dev/shm, and the live window.
+#include <sys/wait.h>
+
 #include <fmt/format.h>
 
 #include "hangtrace/report.h"
@@ -43,7 +45,7 @@ nlohmann::json live_json(const LiveObservation* live) {
   for (const auto& dth : live->deaths)
     deaths.push_back({{"pid", dth.pid},
                       {"comm", dth.comm},
-                      {"exit_status", (dth.exit_code >> 8) & 0xff},
+                      {"exit_status", WEXITSTATUS(dth.exit_code)},
                       {"signal", dth.signal},
                       {"oom_victim", dth.oom_victim}});
   json rss = json::array();

@@ -1,6 +1,8 @@
 // The human report, read top-down by a tired engineer: the verdict, the
 // wait chain and its fix first, then every process and thread, the findings,
 // and what the live window saw.
+#include <sys/wait.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -195,7 +197,7 @@ void render_live(const Snapshot& snap, const Diagnosis& d, const LiveObservation
                                     : ""));
   for (const auto& dth : live.deaths) {
     if (dth.signal == 0 && !dth.oom_victim)
-      line(fmt::format("  exit: {} ({}) status {}", dth.pid, dth.comm, (dth.exit_code >> 8) & 0xff));
+      line(fmt::format("  exit: {} ({}) status {}", dth.pid, dth.comm, WEXITSTATUS(dth.exit_code)));
   }
   report::render_timelines(snap, d, live, line);
   report::render_gpu(live, verbosity, line);

@@ -62,8 +62,10 @@ void describe_oom_kill(Finding& f, nlohmann::json& details, const ProcessDeath& 
   std::string where = "the system";
   std::optional<uint64_t> limit;
   if (meta && meta->memory_limit_bytes) limit = meta->memory_limit_bytes;
-  // The kernel's own figure, taken at the kill, when userspace had none.
-  if (!limit && d.oom && d.oom->memcg_limit_bytes && d.oom->memcg_limit_bytes < (1ull << 60))
+  // The kernel's own figure, taken at the kill, when userspace had none
+  // (a cgroup without a limit reads as PAGE_COUNTER_MAX pages, beyond this).
+  constexpr uint64_t kNoLimitFrom = 1ull << 60;
+  if (!limit && d.oom && d.oom->memcg_limit_bytes && d.oom->memcg_limit_bytes < kNoLimitFrom)
     limit = d.oom->memcg_limit_bytes;
   if (meta && !meta->memory_cgroup.empty()) {
     details["cgroup"] = meta->memory_cgroup;
