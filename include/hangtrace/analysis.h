@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/finding_kinds.h"
 #include "hangtrace/live.h"
 #include "hangtrace/model.h"
 #include "hangtrace/syscalls.h"
@@ -38,10 +39,25 @@ enum class ObjectKind {
 };
 const char* object_kind_name(ObjectKind k);
 
+// Where a futex lives, as the kernel's futex hash keys it: a private futex by
+// its process and address, one in a shared mapping by the object behind the
+// mapping and the offset in it (so waits of several processes on one lock
+// meet in one object).
+struct FutexLocation {
+  uint64_t address = 0;  // the waiter's uaddr (its first waiter's, for a shared one)
+  bool shared = false;
+  int pid = 0;      // the process of its first waiter: for a private futex, the one whose memory holds it
+  Mapping mapping;  // shared: the first waiter's mapping of the backing object
+  uint64_t file_offset = 0;  // shared: the lock's offset in that object
+};
+
 struct WaitObject {
-  std::string id;  // stable key: "pipe:[123]", "futex:shared:0:5:1234:0x40", "child:77"
+  std::string id;  // stable key: "pipe:[123]:r", "futex:shared:0:5:1234:0x40", "child:77"
   ObjectKind kind = ObjectKind::Unknown;
-  std::string label;               // for people: "pipe:[123]", "lock in /dev/shm/sem.mp-ab12 (deleted)+0x0"
+  // What the object is, for the rules (which never take `id` apart).
+  std::string name;  // what people grep for: "pipe:[123]" (either end), "socket:[5]", "child:77"
+  std::optional<FutexLocation> futex;  // set for kind Futex
+  std::string label;  // for people: "pipe:[123] (read end)", "semaphore /dev/shm/sem.mp-ab12 (deleted)+0x0"
   std::vector<int> waiters;        // tids waiting on it
   std::vector<int> releasers;      // tids that could end the wait (never a waiter of it)
   std::vector<int> holder_pids;    // processes holding the other end / mapping the lock
@@ -86,36 +102,46 @@ struct WaitGraph {
   std::map<int, ThreadWait> threads;  // by tid
   std::map<int, int> tid_to_pid;
 
-  // Threads whose wait could be ended by `tid` (its dependents), and the
-  // threads `tid` depends on (releasers of everything it waits on).
+  // The threads `tid` depends on: the releasers of everything it waits on
+  // (itself excepted), sorted.
   std::vector<int> depends_on(int tid) const;
 };
 
 WaitGraph build_wait_graph(const Snapshot& snapshot);
 
+// A process's place in the job, as the reports name it: "main" (the target),
+// "worker" (a child of it), "descendant", "peer"; "process" for none.
+const char* job_role_label(const Snapshot& snapshot, const ProcessInfo* process);
+
 struct ChainStep {
   std::string from;
-  std::string edge;  // "waits on", "can be released by", "held by"
+  // "waits on" (thread -> object), "can be released by" (object -> thread),
+  // "note" (object -> what is known of it), "waits:" (thread -> the summary
+  // of a wait on no known object); GPU and collective chains also "waits in",
+  // "waits for", "is idle, fed by", "needs", "is instead".
+  std::string edge;
   std::string to;
 };
 
-enum class Severity { Info, Warning, Critical };
 enum class Confidence { Probable, Certain };
-const char* severity_name(Severity s);
 const char* confidence_name(Confidence c);
 
 struct Finding {
+  // A finding of `kind` with the kind's default severity and priority.
+  explicit Finding(FindingKind k)
+      : kind(k), severity(finding_kind_info(k).severity), priority(finding_kind_info(k).priority) {}
+
   std::string id;    // "F1"
-  std::string kind;  // stable: "deadlock-cycle", "orphaned-lock", ...
-  Severity severity = Severity::Info;
+  FindingKind kind;  // finding_kind_name(kind) is the reports' "kind"
+  Severity severity;
   Confidence confidence = Confidence::Probable;
   std::vector<int> pids, tids;
   std::string summary;
-  std::vector<ChainStep> chain;  // from the target's main thread to the cause
+  std::vector<ChainStep> chain;  // from the target's main thread (gpu-starved: the GPU) to the cause
   std::vector<std::string> evidence;
   std::vector<std::string> advice;
   nlohmann::json details = nlohmann::json::object();
-  int rank = 0;  // ordering key, lower first (not exported)
+  int priority = 0;  // ordering key among one severity and confidence, lower first (not exported)
   // Threads along `chain`, the target's main thread first (not exported):
   // with `tids`, the set of threads whose waits make up this finding.
   std::vector<int> chain_tids;
@@ -135,7 +161,7 @@ struct AnalysisOptions {
 };
 
 struct Verdict {
-  std::string status;  // "hang", "suspect", "ok"
+  std::string status;  // "killed", "hang", "suspect", "ok"
   std::string summary;
 };
 

@@ -1,139 +1,51 @@
 // Graph and rule logic on hand-built snapshots: each test is one situation
 // from the field, reduced to the facts the collector would record.
 #include <fcntl.h>
+#include <poll.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/report.h"
+#include "snapshot_builder.h"
 
 namespace hangtrace {
 namespace {
 
-constexpr int64_t kRead = HT_NR_read, kPoll = HT_NR_poll, kFutex = HT_NR_futex, kRecvfrom = HT_NR_recvfrom,
-                  kWait4 = HT_NR_wait4, kNanosleep = HT_NR_nanosleep;
-constexpr uint64_t kWaitBitsetPrivate = FUTEX_WAIT_BITSET_PRIVATE, kWaitBitsetShared = FUTEX_WAIT_BITSET;
+constexpr int64_t kRead = HT_NR_read, kPoll = HT_NR_poll, kRecvfrom = HT_NR_recvfrom, kWait4 = HT_NR_wait4,
+                  kNanosleep = HT_NR_nanosleep;
 
-// Little builder for snapshots.
-struct SnapBuilder {
-  Snapshot s;
-  explicit SnapBuilder(int target) {
-    s.target_pid = target;
-    s.sample_window_s = 0.25;
-  }
-  ProcessInfo& proc(int pid, int ppid, ProcessRole role, const std::string& comm = "python3") {
-    ProcessInfo p;
-    p.pid = pid;
-    p.ppid = ppid;
-    p.role = role;
-    p.comm = comm;
-    p.state = 'S';
-    if (ProcessInfo* parent = find(ppid)) parent->children.push_back(pid);
-    s.processes.push_back(p);
-    return s.processes.back();
-  }
-  ProcessInfo* find(int pid) {
-    for (auto& p : s.processes)
-      if (p.pid == pid) return &p;
-    return nullptr;
-  }
-  ThreadInfo& thread(int pid, int tid, char state = 'S') {
-    ThreadInfo t;
-    t.tid = tid;
-    t.comm = find(pid)->comm;
-    t.state = state;
-    t.progress_sampled = true;
-    KernelTaskView k;
-    k.off_cpu_ns = 60'000'000'000ull;  // a minute
-    t.kernel = k;
-    if (state == 'R') {
-      t.syscall.mode = SyscallState::Mode::Running;
-      t.kernel->on_cpu = true;
-    }
-    find(pid)->threads.push_back(t);
-    return find(pid)->threads.back();
-  }
-  static void in_syscall(ThreadInfo& t, int64_t nr, std::initializer_list<uint64_t> args) {
-    t.syscall.mode = SyscallState::Mode::InSyscall;
-    t.syscall.nr = nr;
-    int i = 0;
-    for (uint64_t a : args) t.syscall.args[i++] = a;
-  }
-  void futex_wait(int pid, int tid, uint64_t uaddr, bool shared, std::vector<uint8_t> bytes = {},
-                  std::optional<double> timeout = std::nullopt) {
-    ThreadInfo& t = thread(pid, tid);
-    in_syscall(t, kFutex, {uaddr, shared ? kWaitBitsetShared : kWaitBitsetPrivate, 0, timeout ? 0x7000u : 0u});
-    if (!bytes.empty()) {
-      t.memory.futex_bytes = bytes;
-      t.memory.futex_word = bytes[0] | (bytes[1] << 8) | (bytes[2] << 16) | (bytes[3] << 24);
-    }
-    t.memory.timeout_s = timeout;
-  }
-  void fd(int pid, int fd, FdKind kind, uint64_t inode, uint32_t flags = O_RDONLY, int64_t queued = -1) {
-    FdEntry f;
-    f.fd = fd;
-    f.kind = kind;
-    f.inode = inode;
-    f.flags = flags;
-    f.queued_bytes = queued;
-    f.link = kind == FdKind::Pipe ? "pipe:[" + std::to_string(inode) + "]"
-                                  : "socket:[" + std::to_string(inode) + "]";
-    find(pid)->fds.push_back(f);
-  }
-  void shared_map(int pid, uint64_t start, uint64_t inode, const std::string& path) {
-    Mapping m;
-    m.start = start;
-    m.end = start + 4096;
-    m.perms = "rw-s";
-    m.dev_major = 0;
-    m.dev_minor = 26;
-    m.inode = inode;
-    m.path = path;
-    find(pid)->maps.push_back(m);
-  }
-};
-
-// pthread_mutex_t bytes: __lock, __count, __owner, __nusers, __kind.
-std::vector<uint8_t> mutex_bytes(uint32_t lock, int owner, int kind = 0) {
-  std::vector<uint8_t> b(32, 0);
-  auto put = [&](size_t off, uint32_t v) {
-    for (int i = 0; i < 4; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
-  };
-  put(0, lock);
-  put(8, static_cast<uint32_t>(owner));
-  put(12, 1);
-  put(16, static_cast<uint32_t>(kind));
-  return b;
-}
-
-// sem_t bytes: value 0, nwaiters in the high word, private flag at +8.
-std::vector<uint8_t> sem_bytes(uint32_t nwaiters, uint32_t private_flag) {
-  std::vector<uint8_t> b(32, 0);
-  for (int i = 0; i < 4; ++i) b[4 + i] = static_cast<uint8_t>(nwaiters >> (8 * i));
-  for (int i = 0; i < 4; ++i) b[8 + i] = static_cast<uint8_t>(private_flag >> (8 * i));
-  return b;
-}
+using testing::in_syscall;
+using testing::mutex_bytes;
+using testing::sem_bytes;
+using testing::SnapshotBuilder;
 
 const Finding* find_kind(const Diagnosis& d, const std::string& kind) {
   for (const auto& f : d.findings)
-    if (f.kind == kind) return &f;
+    if (finding_kind_name(f.kind) == kind) return &f;
   return nullptr;
+}
+
+// A thread in poll() on `fd` (POLLIN) with a 5 s timeout: a DataLoader
+// waiting on its queue.
+void poll_with_timeout(SnapshotBuilder& b, int pid, int tid, int fd) {
+  ThreadInfo& t = b.thread(pid, tid);
+  in_syscall(t, kPoll, {0x5000, 1, 5000});
+  t.memory.poll_fds = {{fd, POLLIN}};
+  t.memory.timeout_s = 5.0;
 }
 
 bool has_pid(const Finding& f, int pid) { return std::count(f.pids.begin(), f.pids.end(), pid) > 0; }
 
 // The seed report: workers forked while a background thread of main held a
 // lock; each worker blocks on its copy; main polls the result pipe (5 s loop).
-SnapBuilder fork_inherited_lock() {
-  SnapBuilder b(100);
+SnapshotBuilder fork_inherited_lock() {
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   b.proc(201, 100, ProcessRole::Descendant);
-  ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kPoll, {0x5000, 1, 5000});
-  main.memory.poll_fds = {{5, 1}};
-  main.memory.timeout_s = 5.0;
+  poll_with_timeout(b, 100, 100, 5);
   b.futex_wait(100, 101, 0x9000, false, sem_bytes(1, 128));  // holder thread waits on its own event
   b.futex_wait(200, 200, 0x4000, false, mutex_bytes(2, 101));
   b.futex_wait(201, 201, 0x4000, false, mutex_bytes(2, 101));
@@ -145,11 +57,11 @@ SnapBuilder fork_inherited_lock() {
 }
 
 TEST(Analysis, ForkInheritedLockIsOrphanedAndCertain) {
-  SnapBuilder b = fork_inherited_lock();
+  SnapshotBuilder b = fork_inherited_lock();
   Diagnosis d = diagnose(b.s);
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings.front();
-  EXPECT_EQ(f.kind, "orphaned-lock");
+  EXPECT_STREQ(finding_kind_name(f.kind), "orphaned-lock");
   EXPECT_EQ(f.confidence, Confidence::Certain);
   EXPECT_EQ(f.severity, Severity::Critical);
   EXPECT_TRUE(has_pid(f, 200));
@@ -166,11 +78,11 @@ TEST(Analysis, ForkInheritedLockIsOrphanedAndCertain) {
 }
 
 TEST(Analysis, SingleThreadedPrivateFutexWithoutOwnerIsOrphaned) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kWait4, {200, 0, 0});
+  in_syscall(main, kWait4, {200, 0, 0});
   b.futex_wait(200, 200, 0x4000, false, sem_bytes(1, 128));  // a Python threading.Lock copy
   Diagnosis d = diagnose(b.s);
   const Finding* f = find_kind(d, "orphaned-lock");
@@ -186,11 +98,11 @@ TEST(Analysis, SingleThreadedPrivateFutexWithoutOwnerIsOrphaned) {
 TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsOrphaned) {
   // A worker with an idle helper thread parked on a condition only the
   // worker's main thread would signal.
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kWait4, {200, 0, 0});
+  in_syscall(main, kWait4, {200, 0, 0});
   b.futex_wait(200, 200, 0x4000, false, sem_bytes(1, 128));
   b.futex_wait(200, 201, 0x8000, false);
   Diagnosis d = diagnose(b.s);
@@ -209,7 +121,7 @@ TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsOrphaned) {
 }
 
 TEST(Analysis, TimedLockWaitInSingleThreadIsOnlyProbable) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.futex_wait(100, 100, 0x4000, false, sem_bytes(1, 128), 1.0);
   Diagnosis d = diagnose(b.s);
@@ -219,11 +131,11 @@ TEST(Analysis, TimedLockWaitInSingleThreadIsOnlyProbable) {
 }
 
 TEST(Analysis, CrossProcessCycleThroughPipeAndSharedMutex) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   ThreadInfo& parent = b.thread(100, 100);
-  SnapBuilder::in_syscall(parent, kRead, {3, 0x1000, 4});
+  in_syscall(parent, kRead, {3, 0x1000, 4});
   b.fd(100, 3, FdKind::Pipe, 42, O_RDONLY, 0);
   b.fd(200, 4, FdKind::Pipe, 42, O_WRONLY);
   b.shared_map(100, 0x7000000, 99, "/dev/zero (deleted)");
@@ -232,7 +144,7 @@ TEST(Analysis, CrossProcessCycleThroughPipeAndSharedMutex) {
   Diagnosis d = diagnose(b.s);
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings.front();
-  EXPECT_EQ(f.kind, "deadlock-cycle");
+  EXPECT_STREQ(finding_kind_name(f.kind), "deadlock-cycle");
   EXPECT_EQ(f.confidence, Confidence::Certain);
   EXPECT_TRUE(has_pid(f, 100));
   EXPECT_TRUE(has_pid(f, 200));
@@ -246,11 +158,11 @@ TEST(Analysis, CrossProcessCycleThroughPipeAndSharedMutex) {
 TEST(Analysis, SemaphoreCycleAcrossProcessesIsFoundWithoutOwner) {
   // main holds a multiprocessing.Lock (a shared semaphore) and reads the
   // result pipe; the worker waits on the semaphore.
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kRead, {3, 0x1000, 4});
+  in_syscall(main, kRead, {3, 0x1000, 4});
   for (int pid : {100, 200}) {
     b.fd(pid, 3, FdKind::Pipe, 42, O_RDONLY, 0);
     b.fd(pid, 4, FdKind::Pipe, 42, O_WRONLY);
@@ -266,12 +178,12 @@ TEST(Analysis, SemaphoreCycleAcrossProcessesIsFoundWithoutOwner) {
 }
 
 TEST(Analysis, ReaderHoldingItsOwnWriteEndIsDeadPeer) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   ProcessInfo& zombie = b.proc(101, 100, ProcessRole::Descendant);
   zombie.state = 'Z';
   ThreadInfo& reader = b.thread(100, 100);
-  SnapBuilder::in_syscall(reader, kRead, {3, 0x1000, 4});
+  in_syscall(reader, kRead, {3, 0x1000, 4});
   b.fd(100, 3, FdKind::Pipe, 42, O_RDONLY, 0);
   b.fd(100, 4, FdKind::Pipe, 42, O_WRONLY);
   Diagnosis d = diagnose(b.s);
@@ -285,10 +197,10 @@ TEST(Analysis, ReaderHoldingItsOwnWriteEndIsDeadPeer) {
 }
 
 TEST(Analysis, PipeWithQueuedDataIsNotAHang) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   ThreadInfo& reader = b.thread(100, 100);
-  SnapBuilder::in_syscall(reader, kRead, {3, 0x1000, 4});
+  in_syscall(reader, kRead, {3, 0x1000, 4});
   b.fd(100, 3, FdKind::Pipe, 42, O_RDONLY, 16);
   b.find(100)->fds.back().ready_events = 1;
   b.fd(100, 4, FdKind::Pipe, 42, O_WRONLY);
@@ -301,24 +213,18 @@ TEST(Analysis, PipeWithQueuedDataIsNotAHang) {
 // A healthy DataLoader: main polls the result pipe with a timeout, workers
 // wait for indices with a timeout, one worker is computing.
 TEST(Analysis, HealthyLoaderHasNoCriticalFinding) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   b.proc(201, 100, ProcessRole::Descendant);
-  ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kPoll, {0x5000, 1, 5000});
-  main.memory.poll_fds = {{5, 1}};
-  main.memory.timeout_s = 5.0;
+  poll_with_timeout(b, 100, 100, 5);
   for (int pid : {100, 200, 201}) {
     b.fd(pid, 5, FdKind::Pipe, 777, O_RDONLY, 0);
     b.fd(pid, 6, FdKind::Pipe, 777, O_WRONLY);
     b.fd(pid, 7, FdKind::Pipe, 888, O_RDONLY, 0);
     b.fd(pid, 8, FdKind::Pipe, 888, O_WRONLY);
   }
-  ThreadInfo& w0 = b.thread(200, 200);
-  SnapBuilder::in_syscall(w0, kPoll, {0x5000, 1, 5000});
-  w0.memory.poll_fds = {{7, 1}};
-  w0.memory.timeout_s = 5.0;
+  poll_with_timeout(b, 200, 200, 7);
   b.thread(201, 201, 'R');
   Diagnosis d = diagnose(b.s);
   for (const auto& f : d.findings) EXPECT_NE(f.severity, Severity::Critical) << f.summary;
@@ -326,21 +232,15 @@ TEST(Analysis, HealthyLoaderHasNoCriticalFinding) {
 }
 
 TEST(Analysis, TimedWaitsWithoutProgressAreAProbableCycle) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
-  ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kPoll, {0x5000, 1, 5000});
-  main.memory.poll_fds = {{5, 1}};
-  main.memory.timeout_s = 5.0;
+  poll_with_timeout(b, 100, 100, 5);
   b.fd(100, 5, FdKind::Pipe, 777, O_RDONLY, 0);
   b.fd(200, 6, FdKind::Pipe, 777, O_WRONLY);
   b.fd(200, 7, FdKind::Pipe, 888, O_RDONLY, 0);
   b.fd(100, 8, FdKind::Pipe, 888, O_WRONLY);
-  ThreadInfo& w = b.thread(200, 200);
-  SnapBuilder::in_syscall(w, kPoll, {0x5000, 1, 5000});
-  w.memory.poll_fds = {{7, 1}};
-  w.memory.timeout_s = 5.0;
+  poll_with_timeout(b, 200, 200, 7);
   Diagnosis d = diagnose(b.s);
   const Finding* f = find_kind(d, "deadlock-cycle");
   ASSERT_NE(f, nullptr);
@@ -354,21 +254,21 @@ TEST(Analysis, TimedWaitsWithoutProgressAreAProbableCycle) {
 }
 
 TEST(Analysis, NetworkWaitNamesEndpointsAndLocalPeer) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.proc(200, 100, ProcessRole::Descendant);
   b.proc(300, 1, ProcessRole::Peer, "silent_server");
   ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kRead, {5, 0, 4});
+  in_syscall(main, kRead, {5, 0, 4});
   b.fd(100, 5, FdKind::Pipe, 777, O_RDONLY, 0);
   b.fd(200, 6, FdKind::Pipe, 777, O_WRONLY);
   ThreadInfo& w = b.thread(200, 200);
-  SnapBuilder::in_syscall(w, kRecvfrom, {9, 0, 1024});
+  in_syscall(w, kRecvfrom, {9, 0, 1024});
   w.kernel->off_cpu_ns = 30'000'000'000ull;
   b.fd(200, 9, FdKind::Socket, 5000);
   b.fd(300, 4, FdKind::Socket, 5001);
   ThreadInfo& server = b.thread(300, 300);
-  SnapBuilder::in_syscall(server, kNanosleep, {0x1000});
+  in_syscall(server, kNanosleep, {0x1000});
   server.memory.timeout_s = 3600;
   b.s.sockets.push_back(
       {5000, 0, "tcp", "ESTABLISHED", "127.0.0.1:40000", "127.0.0.1:5000", 0, 0, 5001, true});
@@ -390,10 +290,10 @@ TEST(Analysis, NetworkWaitNamesEndpointsAndLocalPeer) {
 }
 
 TEST(Analysis, RemoteNetworkPeerIsExternal) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   ThreadInfo& main = b.thread(100, 100);
-  SnapBuilder::in_syscall(main, kRecvfrom, {9, 0, 1024});
+  in_syscall(main, kRecvfrom, {9, 0, 1024});
   b.fd(100, 9, FdKind::Socket, 5000);
   b.s.sockets.push_back(
       {5000, 0, "tcp", "ESTABLISHED", "10.0.0.2:40000", "93.184.216.34:443", 0, 0, 0, false});
@@ -406,7 +306,7 @@ TEST(Analysis, RemoteNetworkPeerIsExternal) {
 }
 
 TEST(Analysis, ShmNearlyFullIsReportedWithSegments) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.thread(100, 100, 'R');
   b.s.shm.available = true;
@@ -424,7 +324,7 @@ TEST(Analysis, ShmNearlyFullIsReportedWithSegments) {
 }
 
 TEST(Analysis, SelfDeadlockOnOwnMutex) {
-  SnapBuilder b(100);
+  SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   b.thread(100, 100, 'R');
   b.futex_wait(100, 101, 0x4000, false, mutex_bytes(2, 101));
@@ -435,7 +335,7 @@ TEST(Analysis, SelfDeadlockOnOwnMutex) {
 }
 
 TEST(Analysis, ReportsRenderVerdictFirstAndSchema) {
-  SnapBuilder b = fork_inherited_lock();
+  SnapshotBuilder b = fork_inherited_lock();
   Diagnosis d = diagnose(b.s);
   std::string text = render_text(b.s, d);
   size_t verdict = text.find("VERDICT: HANG (orphaned-lock, certain)");

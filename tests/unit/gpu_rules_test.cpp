@@ -10,6 +10,7 @@
 #include "hangtrace/analysis.h"
 #include "hangtrace/exports.h"
 #include "hangtrace/report.h"
+#include "snapshot_builder.h"
 
 namespace hangtrace {
 namespace {
@@ -17,34 +18,14 @@ namespace {
 constexpr uint64_t kSec = 1'000'000'000ull;
 constexpr int64_t kFutex = HT_NR_futex;
 
+// A thread blocked in `nr` (a private futex wait by default) for `blocked_s`.
 ThreadInfo blocked_thread(int tid, const std::string& comm, double blocked_s, int64_t nr = kFutex) {
-  ThreadInfo t;
-  t.tid = tid;
-  t.comm = comm;
-  t.state = 'S';
-  t.progress_sampled = true;
-  t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = nr;
-  t.syscall.args[0] = 0x7f0000001000ull;
-  t.syscall.args[1] = FUTEX_WAIT_BITSET_PRIVATE;  // no timeout
-  KernelTaskView k;
-  k.off_cpu_ns = static_cast<uint64_t>(blocked_s * 1e9);
-  t.kernel = k;
-  return t;
+  return testing::thread_in_syscall(tid, comm, blocked_s, nr,
+                                    {0x7f0000001000ull, testing::kFutexWaitBitsetPrivate});
 }
 
 ThreadInfo running_thread(int tid, const std::string& comm) {
-  ThreadInfo t;
-  t.tid = tid;
-  t.comm = comm;
-  t.state = 'R';
-  t.progress_sampled = true;
-  t.cpu_ns_end = 250'000'000;  // it spins
-  t.syscall.mode = SyscallState::Mode::Running;
-  KernelTaskView k;
-  k.on_cpu = true;
-  t.kernel = k;
-  return t;
+  return testing::thread_on_cpu(tid, comm, 250'000'000);  // it spins
 }
 
 ProcessInfo process(int pid, int ppid, ProcessRole role, std::vector<ThreadInfo> threads) {
@@ -124,7 +105,7 @@ NvmlSample nvml(uint64_t ts, unsigned util) {
 
 const Finding* find_kind(const Diagnosis& d, const std::string& kind) {
   for (const auto& f : d.findings)
-    if (f.kind == kind) return &f;
+    if (finding_kind_name(f.kind) == kind) return &f;
   return nullptr;
 }
 
@@ -292,6 +273,25 @@ TEST(GpuStarved, NotWhenNothingCanTellIdleness) {
 
 using testing::py;
 
+// The launcher: main 100 waits for its children (wait4), the ranks.
+ProcessInfo launcher() {
+  return process(100, 1, ProcessRole::Target, {blocked_thread(100, "python3", 50, 61)});
+}
+
+// `p` as rank `rank` of a world of 2 (its environment says so).
+ProcessInfo as_rank(ProcessInfo p, int rank) {
+  p.rank = rank;
+  p.world_size = 2;
+  return p;
+}
+
+// Rank `rank` (pid 200 + rank), a child of the launcher, inside all_reduce for 40 s.
+ProcessInfo rank_in_all_reduce(int rank) {
+  ThreadInfo t = blocked_thread(200 + rank, "python3", 40);
+  t.python_stack = {py("all_reduce", "/x/torch/distributed/distributed_c10d.py", 1536)};
+  return as_rank(process(200 + rank, 100, ProcessRole::Descendant, {t}), rank);
+}
+
 TEST(CollectiveWait, GlooRankInAllReduceWhilePeerRankIsElsewhere) {
   ThreadInfo r0 = blocked_thread(200, "python3", 40);
   r0.python_stack = {
@@ -299,15 +299,9 @@ TEST(CollectiveWait, GlooRankInAllReduceWhilePeerRankIsElsewhere) {
       py("train", "/job/train.py", 30)};
   ThreadInfo r1 = blocked_thread(300, "python3", 41, 0);
   r1.python_stack = {py("save_checkpoint", "/job/train.py", 12), py("train", "/job/train.py", 34)};
-  ProcessInfo p0 = process(200, 100, ProcessRole::Descendant, {r0});
-  p0.rank = 0;
-  p0.world_size = 2;
-  ProcessInfo p1 = process(300, 100, ProcessRole::Descendant, {r1});
-  p1.rank = 1;
-  p1.world_size = 2;
-  Snapshot s =
-      snapshot(100, {process(100, 1, ProcessRole::Target, {blocked_thread(100, "python3", 50, 61)}), p0, p1},
-               95 * kSec);
+  ProcessInfo p0 = as_rank(process(200, 100, ProcessRole::Descendant, {r0}), 0);
+  ProcessInfo p1 = as_rank(process(300, 100, ProcessRole::Descendant, {r1}), 1);
+  Snapshot s = snapshot(100, {launcher(), p0, p1}, 95 * kSec);
   Diagnosis d = diagnose(s);
   const Finding* f = find_kind(d, "collective-wait");
   ASSERT_NE(f, nullptr) << d.verdict.summary;
@@ -327,16 +321,7 @@ TEST(CollectiveWait, GlooRankInAllReduceWhilePeerRankIsElsewhere) {
 }
 
 TEST(CollectiveWait, NoFindingWhenEveryRankIsInTheCollective) {
-  std::vector<ProcessInfo> procs = {
-      process(100, 1, ProcessRole::Target, {blocked_thread(100, "python3", 50, 61)})};
-  for (int r = 0; r < 2; ++r) {
-    ThreadInfo t = blocked_thread(200 + r, "python3", 40);
-    t.python_stack = {py("all_reduce", "/x/torch/distributed/distributed_c10d.py", 1536)};
-    ProcessInfo p = process(200 + r, 100, ProcessRole::Descendant, {t});
-    p.rank = r;
-    p.world_size = 2;
-    procs.push_back(p);
-  }
+  std::vector<ProcessInfo> procs = {launcher(), rank_in_all_reduce(0), rank_in_all_reduce(1)};
   Diagnosis d = diagnose(snapshot(100, procs, 95 * kSec));
   EXPECT_EQ(find_kind(d, "collective-wait"), nullptr);
 }
@@ -344,21 +329,12 @@ TEST(CollectiveWait, NoFindingWhenEveryRankIsInTheCollective) {
 // DataLoader workers inherit RANK from their rank's environment: a worker
 // busy elsewhere is not a rank absent from the collective.
 TEST(CollectiveWait, WorkersWithTheirRanksEnvironmentAreNotRanks) {
-  std::vector<ProcessInfo> procs = {
-      process(100, 1, ProcessRole::Target, {blocked_thread(100, "python3", 50, 61)})};
+  std::vector<ProcessInfo> procs = {launcher()};
   for (int r = 0; r < 2; ++r) {
-    ThreadInfo t = blocked_thread(200 + r, "python3", 40);
-    t.python_stack = {py("all_reduce", "/x/torch/distributed/distributed_c10d.py", 1536)};
-    ProcessInfo p = process(200 + r, 100, ProcessRole::Descendant, {t});
-    p.rank = r;
-    p.world_size = 2;
-    procs.push_back(p);
+    procs.push_back(rank_in_all_reduce(r));
     ThreadInfo wt = blocked_thread(300 + r, "pt_data_worker", 41, 0);
     wt.python_stack = {py("_worker_loop", "/x/torch/utils/data/_utils/worker.py", 308)};
-    ProcessInfo worker = process(300 + r, 200 + r, ProcessRole::Descendant, {wt});
-    worker.rank = r;
-    worker.world_size = 2;
-    procs.push_back(worker);
+    procs.push_back(as_rank(process(300 + r, 200 + r, ProcessRole::Descendant, {wt}), r));
   }
   Diagnosis d = diagnose(snapshot(100, procs, 95 * kSec));
   EXPECT_EQ(find_kind(d, "collective-wait"), nullptr) << d.verdict.summary;
@@ -367,14 +343,10 @@ TEST(CollectiveWait, WorkersWithTheirRanksEnvironmentAreNotRanks) {
 // NCCL collectives return at once; the rank that never issued #57 is the
 // one with fewer calls.
 TEST(CollectiveWait, NcclRankBehindByItsCallCount) {
-  std::vector<ProcessInfo> procs = {
-      process(100, 1, ProcessRole::Target, {blocked_thread(100, "python3", 50, 61)})};
-  for (int r = 0; r < 2; ++r) {
-    ProcessInfo p = process(200 + r, 100, ProcessRole::Descendant, {running_thread(200 + r, "python3")});
-    p.rank = r;
-    p.world_size = 2;
-    procs.push_back(p);
-  }
+  std::vector<ProcessInfo> procs = {launcher()};
+  for (int r = 0; r < 2; ++r)
+    procs.push_back(
+        as_rank(process(200 + r, 100, ProcessRole::Descendant, {running_thread(200 + r, "python3")}), r));
   LiveObservation o = window(100 * kSec, 5);
   GpuThreadState in_call;
   in_call.pid = in_call.tid = 200;

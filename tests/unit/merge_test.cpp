@@ -3,6 +3,7 @@
 #include "frames.h"
 #include "hangtrace/merge.h"
 #include "hangtrace/text.h"
+#include "snapshot_builder.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -22,21 +23,10 @@ constexpr int64_t kClockNanosleep = HT_NR_clock_nanosleep;
 using testing::py;
 
 ThreadInfo blocked_thread(int tid, double blocked_s, int64_t nr) {
-  ThreadInfo t;
-  t.tid = tid;
-  t.comm = "python3";
-  t.state = 'S';
-  t.progress_sampled = true;
-  t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = nr;
-  if (nr == kFutex) {
-    t.syscall.args[0] = 0x7f0000001000ull;
-    t.syscall.args[1] = FUTEX_WAIT_BITSET_PRIVATE;  // no timeout
-  }
-  KernelTaskView k;
-  k.off_cpu_ns = static_cast<uint64_t>(blocked_s * 1e9);
-  t.kernel = k;
-  return t;
+  if (nr == kFutex)  // FUTEX_WAIT_BITSET_PRIVATE, no timeout
+    return testing::thread_in_syscall(tid, "python3", blocked_s, nr,
+                                      {0x7f0000001000ull, testing::kFutexWaitBitsetPrivate});
+  return testing::thread_in_syscall(tid, "python3", blocked_s, nr, {});
 }
 
 // A rank's main thread inside all_reduce, blocked for `blocked_s`.

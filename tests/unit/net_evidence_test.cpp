@@ -2,6 +2,7 @@
 // connection: TCP retransmits and failed connects to the same remote, from
 // records laid out exactly as bpf/net.bpf.c writes them (abi.h).
 #include <arpa/inet.h>
+#include <netinet/tcp.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
 
@@ -11,6 +12,7 @@
 #include "hangtrace/abi.h"
 #include "hangtrace/analysis.h"
 #include "hangtrace/live.h"
+#include "snapshot_builder.h"
 
 namespace hangtrace {
 namespace {
@@ -22,42 +24,18 @@ constexpr int kSynSent = TCP_SYN_SENT, kEstablished = TCP_ESTABLISHED, kClose = 
 // The job's main thread has been blocked in connect(fd 3) to 10.255.0.1:4242
 // for a minute; the SYN was never answered.
 Snapshot stuck_connect() {
-  Snapshot s;
-  s.target_pid = kPid;
-  s.sample_window_s = 0.25;
-  ProcessInfo p;
-  p.pid = kPid;
-  p.ppid = 1;
-  p.role = ProcessRole::Target;
-  p.comm = "python3";
-  p.state = 'S';
-  ThreadInfo t;
-  t.tid = kPid;
-  t.comm = p.comm;
-  t.state = 'S';
-  t.progress_sampled = true;
-  KernelTaskView k;
-  k.off_cpu_ns = 60'000'000'000ull;
-  t.kernel = k;
-  t.syscall.mode = SyscallState::Mode::InSyscall;
-  t.syscall.nr = kConnect;
-  t.syscall.args[0] = 3;
-  p.threads.push_back(t);
-  FdEntry f;
-  f.fd = 3;
-  f.kind = FdKind::Socket;
-  f.inode = 5000;
-  f.link = "socket:[5000]";
-  p.fds.push_back(f);
-  s.processes.push_back(p);
+  testing::SnapshotBuilder b(kPid);
+  b.proc(kPid, 1, ProcessRole::Target);
+  testing::in_syscall(b.thread(kPid, kPid), kConnect, {3});
+  b.fd(kPid, 3, FdKind::Socket, 5000);
   SocketInfo sock;
   sock.inode = 5000;
   sock.family = "tcp";
   sock.state = "SYN_SENT";
   sock.local = "127.0.0.1:40000";
   sock.remote = "10.255.0.1:4242";
-  s.sockets.push_back(sock);
-  return s;
+  b.s.sockets.push_back(sock);
+  return b.s;
 }
 
 TraceEvent tcp_event(uint32_t type, int tgid, uint16_t sport, const char* daddr, uint16_t dport, int oldstate,
@@ -83,7 +61,7 @@ TraceEvent tcp_event(uint32_t type, int tgid, uint16_t sport, const char* daddr,
 
 const Finding* network_wait(const Diagnosis& d) {
   for (const auto& f : d.findings)
-    if (f.kind == "network-wait") return &f;
+    if (f.kind == FindingKind::NetworkWait) return &f;
   return nullptr;
 }
 

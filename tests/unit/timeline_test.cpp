@@ -1,6 +1,7 @@
 // "When did progress stop" and the per-thread timelines, from hand-built
 // snapshots and live observations: every figure is checked to the value the
 // fixture implies, so a wrong time axis or a wrong thread fails here.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "hangtrace/live.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
+#include "snapshot_builder.h"
 
 namespace hangtrace {
 namespace {
@@ -21,74 +23,24 @@ constexpr double kSampledAtUnix = 1'700'000'000.0;         // 2023-11-14 22:13:2
 constexpr uint64_t kSampledAtMono = 5'000'000'000'000ull;  // 5000 s of uptime
 constexpr uint64_t kSecond = 1'000'000'000ull;
 
-struct Fixture {
-  Snapshot s;
-  explicit Fixture(int target) {
-    s.target_pid = target;
-    s.sample_window_s = 0.25;
-    s.taken_at_unix = kSampledAtUnix - 0.5;  // the snapshot began a little before the BPF sample
-    s.sampled_at_unix = kSampledAtUnix;
-    s.sampled_at_monotonic_ns = kSampledAtMono;
+// Snapshots with the BPF sample's clock pair, whose threads are blocked in a
+// syscall for a given time (nullopt: no BPF, no blocked time).
+struct Fixture : testing::SnapshotBuilder {
+  explicit Fixture(int target) : SnapshotBuilder(target) {
+    clock(kSampledAtUnix, kSampledAtMono, 0.5);  // the snapshot began a little before the BPF sample
   }
-  ProcessInfo& proc(int pid, int ppid, ProcessRole role, const std::string& comm = "python3") {
-    ProcessInfo p;
-    p.pid = pid;
-    p.ppid = ppid;
-    p.role = role;
-    p.comm = comm;
-    p.state = 'S';
-    if (ProcessInfo* parent = find(ppid)) parent->children.push_back(pid);
-    s.processes.push_back(p);
-    return s.processes.back();
-  }
-  ProcessInfo* find(int pid) {
-    for (auto& p : s.processes)
-      if (p.pid == pid) return &p;
-    return nullptr;
-  }
-  // A thread blocked in `nr` for `blocked_s` (nullopt: no BPF, no blocked time).
+  // A thread blocked in `nr` for `blocked_s`; threads other than the main one are "helper"s.
   ThreadInfo& thread(int pid, int tid, int64_t nr, std::initializer_list<uint64_t> args,
                      std::optional<double> blocked_s) {
-    ThreadInfo t;
-    t.tid = tid;
-    t.comm = tid == pid ? find(pid)->comm : "helper";
-    t.state = 'S';
-    t.progress_sampled = true;
-    if (blocked_s) {
-      KernelTaskView k;
-      k.off_cpu_ns = static_cast<uint64_t>(*blocked_s * 1e9);
-      t.kernel = k;
-    }
-    t.syscall.mode = SyscallState::Mode::InSyscall;
-    t.syscall.nr = nr;
-    int i = 0;
-    for (uint64_t a : args) t.syscall.args[i++] = a;
-    find(pid)->threads.push_back(t);
-    return find(pid)->threads.back();
-  }
-  void running(int pid, int tid) {
-    ThreadInfo t;
-    t.tid = tid;
-    t.comm = find(pid)->comm;
-    t.state = 'R';
-    t.progress_sampled = true;
-    t.cpu_ns_end = 50'000'000;
-    t.syscall.mode = SyscallState::Mode::Running;
-    KernelTaskView k;
-    k.on_cpu = true;
-    t.kernel = k;
-    find(pid)->threads.push_back(t);
+    ThreadInfo& t = SnapshotBuilder::thread(pid, tid, 'S', blocked_s);
+    if (tid != pid) t.comm = "helper";
+    testing::in_syscall(t, nr, args);
+    return t;
   }
   // A worker blocked on its fork()ed copy of a lock held by main's thread 101.
   void worker_on_inherited_lock(int pid, std::optional<double> blocked_s) {
     proc(pid, s.target_pid, ProcessRole::Descendant);
-    ThreadInfo& t = thread(pid, pid, kFutex, {0x4000, kWaitBitsetPrivate, 0, 0}, blocked_s);
-    std::vector<uint8_t> b(32, 0);
-    b[0] = 2;    // locked, contended
-    b[8] = 101;  // __owner: main's thread 101, not in this process
-    b[12] = 1;
-    t.memory.futex_bytes = b;
-    t.memory.futex_word = 2;
+    futex_wait(pid, pid, 0x4000, false, testing::mutex_bytes(2, 101), std::nullopt, blocked_s);
   }
 };
 
@@ -100,12 +52,8 @@ Fixture main_waits_for_stuck_child(std::optional<double> main_blocked, std::opti
   f.proc(200, 100, ProcessRole::Descendant, "pt_data_worker");
   f.thread(100, 100, kWait4, {200, 0, 0}, main_blocked);
   f.thread(100, 102, kNanosleep, {0x7000, 0}, 0.5);  // a timer thread: not part of the hang
-  std::vector<uint8_t> sem(32, 0);
-  sem[4] = 1;    // one waiter
-  sem[8] = FUTEX_PRIVATE_FLAG;  // private
-  ThreadInfo& w = f.thread(200, 200, kFutex, {0x4000, kWaitBitsetPrivate, 0, 0}, child_blocked);
-  w.memory.futex_bytes = sem;
-  w.memory.futex_word = 0;
+  f.futex_wait(200, 200, 0x4000, false, testing::sem_bytes(1, FUTEX_PRIVATE_FLAG), std::nullopt,
+               child_blocked);
   return f;
 }
 
@@ -153,7 +101,7 @@ TEST(ProgressStopped, IsTheLatestWaitStartInTheStuckSet) {
   Fixture f = main_waits_for_stuck_child(30.0, 90.0);
   Diagnosis d = diagnose(f.s);
   ASSERT_EQ(d.verdict.status, "hang") << d.verdict.summary;
-  ASSERT_EQ(d.findings.front().kind, "orphaned-lock");
+  ASSERT_STREQ(finding_kind_name(d.findings.front().kind), "orphaned-lock");
   ASSERT_TRUE(d.progress_stopped);
   const ProgressStop& ps = *d.progress_stopped;
   EXPECT_EQ(ps.tid, 100);
@@ -303,19 +251,8 @@ TEST(ProgressStopped, TimedRetryLoopOfMainIsNotCounted) {
   f.worker_on_inherited_lock(200, 60.0);
   f.worker_on_inherited_lock(201, 50.0);
   for (int pid : {100, 200, 201}) {
-    FdEntry r;
-    r.fd = 5;
-    r.kind = FdKind::Pipe;
-    r.inode = 777;
-    r.flags = 0;
-    r.queued_bytes = pid == 100 ? 0 : -1;
-    r.link = "pipe:[777]";
-    FdEntry w = r;
-    w.fd = 6;
-    w.flags = 1;
-    w.queued_bytes = -1;
-    f.find(pid)->fds.push_back(r);
-    f.find(pid)->fds.push_back(w);
+    f.fd(pid, 5, FdKind::Pipe, 777, O_RDONLY, pid == 100 ? 0 : -1);
+    f.fd(pid, 6, FdKind::Pipe, 777, O_WRONLY);
   }
   Diagnosis d = diagnose(f.s);
   ASSERT_EQ(d.verdict.status, "hang") << d.verdict.summary;
@@ -361,7 +298,7 @@ TEST(Timelines, TextIsBoundedInThreadsAndIntervals) {
         interval(live.start_ns + i * kSecond, live.start_ns + i * kSecond + kSecond / 4, "futex 0x4000"));
   live.last_waker[200] = wakeup(200, 200, live.start_ns + 9 * kSecond + kSecond / 4, 100, 101, "python3");
   Diagnosis d = diagnose(f.s, {}, &live);
-  ASSERT_EQ(d.findings.front().kind, "orphaned-lock");
+  ASSERT_STREQ(finding_kind_name(d.findings.front().kind), "orphaned-lock");
   ASSERT_EQ(d.findings.front().tids.size(), 10u);
   std::string text = render_text(f.s, d, {}, &live);
   auto ls = lines_of(text);

@@ -67,7 +67,7 @@ BundleMeta bundle_meta_for(const Snapshot& snap, const Diagnosis& d, const std::
   m.trigger = trigger;
   m.verdict = d.verdict.status;
   m.summary = d.verdict.summary;
-  m.cause = d.findings.empty() ? trigger : d.findings.front().kind;
+  m.cause = d.findings.empty() ? trigger : finding_kind_name(d.findings.front().kind);
   m.job_pid = snap.target_pid;
   m.hostname = snap.hostname;
   m.hangtrace_version = snap.hangtrace_version;

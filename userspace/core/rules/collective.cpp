@@ -8,11 +8,38 @@
 #include <map>
 #include <set>
 
-#include "gpu_rules.h"
 #include "hangtrace/collectives.h"
 #include "hangtrace/gpu.h"
+#include "rules.h"
 
 namespace hangtrace {
+
+RankActivity rank_activity(const WaitGraph& graph, const ProcessInfo& p) {
+  RankActivity a;
+  const ThreadInfo* main = p.thread(p.pid);
+  if (!main && !p.threads.empty()) main = &p.threads.front();
+  if (!main) {
+    a.text = "unknown";
+    return a;
+  }
+  a.tid = main->tid;
+  if (!main->python_stack.empty()) {
+    const UserFrame& f = main->python_stack.front();
+    a.where = f.line ? fmt::format("{} ({}:{})", f.function, f.file, f.line) : f.function;
+  }
+  if (auto it = graph.threads.find(main->tid); it != graph.threads.end()) {
+    const ThreadWait& w = it->second;
+    a.wait = !w.summary.empty() ? w.summary : activity_name(w.activity);
+    a.blocked_s = w.blocked_s;
+  }
+  if (a.where.empty())
+    a.text = a.wait.empty() ? "unknown" : a.wait;
+  else
+    a.text = a.wait.empty() ? "in " + a.where : fmt::format("in {}, {}", a.where, a.wait);
+  return a;
+}
+
+namespace rules {
 
 namespace {
 
@@ -65,34 +92,10 @@ std::vector<const ProcessInfo*> job_ranks(const RuleContext& ctx, const ProcessI
   return out.size() > 1 ? out : std::vector<const ProcessInfo*>{};
 }
 
-}  // namespace
-
-RankActivity rank_activity(const WaitGraph& graph, const ProcessInfo& p) {
-  RankActivity a;
-  const ThreadInfo* main = p.thread(p.pid);
-  if (!main && !p.threads.empty()) main = &p.threads.front();
-  if (!main) {
-    a.text = "unknown";
-    return a;
-  }
-  a.tid = main->tid;
-  if (!main->python_stack.empty()) {
-    const UserFrame& f = main->python_stack.front();
-    a.where = f.line ? fmt::format("{} ({}:{})", f.function, f.file, f.line) : f.function;
-  }
-  if (auto it = graph.threads.find(main->tid); it != graph.threads.end()) {
-    const ThreadWait& w = it->second;
-    a.wait = !w.summary.empty() ? w.summary : activity_name(w.activity);
-    a.blocked_s = w.blocked_s;
-  }
-  if (a.where.empty())
-    a.text = a.wait.empty() ? "unknown" : a.wait;
-  else
-    a.text = a.wait.empty() ? "in " + a.where : fmt::format("in {}, {}", a.where, a.wait);
-  return a;
-}
-
-std::vector<Finding> collective_findings(const RuleContext& ctx) {
+// What every process of the job is doing as a rank: the collective one of
+// its threads is in (from its stacks, or the NCCL call the uprobes saw it
+// in), and how many NCCL calls it made.
+std::map<int, RankView> rank_views(const RuleContext& ctx) {
   std::map<int, RankView> views;  // by pid
   for (const auto& p : ctx.snap.processes) {
     if (p.role == ProcessRole::Peer) continue;
@@ -118,7 +121,13 @@ std::vector<Finding> collective_findings(const RuleContext& ctx) {
         }
       }
     }
+  return views;
+}
 
+}  // namespace
+
+std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
+  std::map<int, RankView> views = rank_views(ctx);
   std::vector<Finding> out;
   std::set<int> reported;
   for (const auto& [pid, v] : views) {
@@ -144,9 +153,7 @@ std::vector<Finding> collective_findings(const RuleContext& ctx) {
     }
     if (waiting.empty() || absent.empty()) continue;
 
-    Finding f;
-    f.kind = "collective-wait";
-    f.rank = 4;
+    Finding f(FindingKind::CollectiveWait);
     const CollectiveCall& call = *waiting.front()->call;
     double waited = 0;
     nlohmann::json waiting_json = nlohmann::json::array(), absent_json = nlohmann::json::array();
@@ -220,4 +227,5 @@ std::vector<Finding> collective_findings(const RuleContext& ctx) {
   return out;
 }
 
+}  // namespace rules
 }  // namespace hangtrace

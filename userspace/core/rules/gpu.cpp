@@ -1,8 +1,5 @@
 // gpu-starved and gpu-wait: the GPU's side of the story, paired with what the
 // host threads that feed it are blocked on.
-#include "gpu_rules.h"
-#include "hangtrace/text.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,8 +8,10 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/gpu.h"
+#include "hangtrace/text.h"
+#include "rules.h"
 
-namespace hangtrace {
+namespace hangtrace::rules {
 
 namespace {
 
@@ -56,6 +55,7 @@ std::string power_and_memory(const NvmlSample& s) {
 
 struct IdleReading {
   bool known = false;  // some source could tell
+  bool nvml = false;   // NVML was one of them
   bool idle = true;    // every source that could tell says idle
   std::vector<std::string> evidence;
 };
@@ -84,7 +84,7 @@ IdleReading gpu_idle(const RuleContext& ctx) {
       last[s.device] = s;
     }
     for (const auto& [dev, mc] : max_and_count) {
-      r.known = true;
+      r.known = r.nvml = true;
       const NvmlSample& s = last[dev];
       std::string name;
       for (const auto& d : g.nvml_devices)
@@ -120,8 +120,8 @@ IdleReading gpu_idle(const RuleContext& ctx) {
                         "the observation ({} kernels and copies recorded)",
                         format_ns(end - std::min(end, last_gpu_end)), gpu_records));
       else
-        r.evidence.push_back(
-            fmt::format("CUPTI: no kernel or copy ran on the GPU during the {} window", format_short_duration(window_s)));
+        r.evidence.push_back(fmt::format("CUPTI: no kernel or copy ran on the GPU during the {} window",
+                                         format_short_duration(window_s)));
     }
   }
   // Uprobes: launches during the window.
@@ -145,8 +145,8 @@ IdleReading gpu_idle(const RuleContext& ctx) {
                       "by {}",
                       format_ns(end - std::min(end, last_launch)), ctx.thread_label(by)));
     else
-      r.evidence.push_back(
-          fmt::format("uprobes on libcuda: no kernel launched during the {} window", format_short_duration(window_s)));
+      r.evidence.push_back(fmt::format("uprobes on libcuda: no kernel launched during the {} window",
+                                       format_short_duration(window_s)));
   }
   return r;
 }
@@ -184,12 +184,17 @@ std::optional<int> feeder_thread(const RuleContext& ctx, std::string* how) {
   return std::nullopt;
 }
 
-void add_unique(std::vector<int>& v, int x) {
-  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
-}
+// A host thread waiting for the GPU: a CUDA synchronize (or a synchronous
+// copy) seen in progress by the uprobes, or in the thread's stacks.
+struct HostGpuWait {
+  int pid = 0, tid = 0;
+  std::string call;     // "cuCtxSynchronize", "torch.cuda.synchronize"
+  double waited_s = 0;  // so far, at the end of the observation
+  std::string source;   // "uprobe", "native stack", "python stack"
+  bool certain = false;
+};
 
-}  // namespace
-
+// Every host thread waiting for the GPU.
 std::vector<HostGpuWait> host_gpu_waits(const RuleContext& ctx) {
   std::vector<HostGpuWait> out;
   std::set<int> seen;
@@ -246,157 +251,158 @@ std::vector<HostGpuWait> host_gpu_waits(const RuleContext& ctx) {
   return out;
 }
 
-std::vector<Finding> gpu_findings(const RuleContext& ctx) {
-  std::vector<Finding> out;
+// A host thread in a CUDA wait for long, and what the device does meanwhile.
+Finding gpu_wait(const RuleContext& ctx, const HostGpuWait& w, const IdleReading& idle) {
   const GpuObservation* g = ctx.live ? &ctx.live->gpu : nullptr;
   uint64_t end = observed_until_ns(ctx);
-  IdleReading idle = gpu_idle(ctx);
-  std::vector<HostGpuWait> waits = host_gpu_waits(ctx);
-
-  // ---- gpu-wait ---------------------------------------------------------------
-  for (const HostGpuWait& w : waits) {
-    if (w.waited_s < ctx.opt.gpu_wait_after_s) continue;
-    Finding f;
-    f.kind = "gpu-wait";
-    f.rank = 6;
-    add_unique(f.pids, w.pid);
-    add_unique(f.tids, w.tid);
-    f.chain_tids = {w.tid};
-    f.confidence = w.certain ? Confidence::Certain : Confidence::Probable;
-    std::string who = ctx.thread_label(w.tid);
-    f.chain.push_back({who, "waits in", w.call});
-    f.chain.push_back({w.call, "waits for", "work on the GPU"});
-    f.evidence.push_back(
-        fmt::format("{} has been in {} for {} (seen by {})", who, w.call, format_short_duration(w.waited_s), w.source));
-    nlohmann::json details = {
-        {"pid", w.pid}, {"tid", w.tid}, {"call", w.call}, {"source", w.source}, {"waited_s", w.waited_s}};
-    // What the device is doing meanwhile.
-    std::string device_state;
-    uint64_t usual_ns = 0, usual_max_ns = 0;
-    if (g) {
-      for (const auto& [name, d] : g->kernel_durations) {
-        usual_ns = std::max(usual_ns, d.median_ns());
-        usual_max_ns = std::max(usual_max_ns, d.max_ns);
-      }
-      // Launches whose kernel never came back (CUPTI: API record without a
-      // kernel record of the same correlation id).
-      std::set<uint32_t> finished;
-      for (const auto& a : g->activity)
-        if (a.kind == HT_GPU_ACT_KERNEL) finished.insert(a.correlation_id);
-      const GpuActivity* oldest_pending = nullptr;
-      size_t pending = 0;
-      for (const auto& a : g->activity)
-        if ((a.kind == HT_GPU_ACT_DRIVER_API || a.kind == HT_GPU_ACT_RUNTIME_API) && a.correlation_id &&
-            a.name.find("Launch") != std::string::npos && !finished.count(a.correlation_id) &&
-            a.pid == w.pid) {
-          ++pending;
-          if (!oldest_pending || a.start_ns < oldest_pending->start_ns) oldest_pending = &a;
-        }
-      if (oldest_pending) {
-        double age = end > oldest_pending->start_ns ? (end - oldest_pending->start_ns) / 1e9 : 0;
-        f.evidence.push_back(fmt::format(
-            "CUPTI: {} launch{} without a finished kernel; the oldest ({}, correlation {}) {} ago", pending,
-            pending > 1 ? "es" : "", oldest_pending->name, oldest_pending->correlation_id, format_short_duration(age)));
-        details["pending_launches"] = pending;
-        details["oldest_pending_s"] = age;
-        device_state = fmt::format("a kernel launched {} ago has not finished", format_short_duration(age));
-        if (usual_ns) {
-          f.evidence.push_back(
-              fmt::format("kernels of this job took a median {} (longest {}) when they finished",
-                          format_ns(usual_ns), format_ns(usual_max_ns)));
-          details["usual_kernel_ns"] = usual_ns;
-          details["longest_kernel_ns"] = usual_max_ns;
-          if (age * 1e9 >= 1000.0 * static_cast<double>(usual_max_ns))
-            device_state += fmt::format(", over 1000x the longest kernel seen ({})", format_ns(usual_max_ns));
-        }
-      }
-      for (const auto& t : g->threads)
-        if (t.tid == w.tid && t.last_launch_ns && t.last_launch_ns > t.last_sync_end_ns) {
-          f.evidence.push_back(fmt::format(
-              "uprobes: {} launched kernels after its last completed synchronize (the latest {} ago)", who,
-              format_ns(end - std::min(end, t.last_launch_ns))));
-          if (device_state.empty()) device_state = "work launched before the wait has not completed";
-        }
+  Finding f(FindingKind::GpuWait);
+  add_unique(f.pids, w.pid);
+  add_unique(f.tids, w.tid);
+  f.chain_tids = {w.tid};
+  f.confidence = w.certain ? Confidence::Certain : Confidence::Probable;
+  std::string who = ctx.thread_label(w.tid);
+  f.chain.push_back({who, "waits in", w.call});
+  f.chain.push_back({w.call, "waits for", "work on the GPU"});
+  f.evidence.push_back(fmt::format("{} has been in {} for {} (seen by {})", who, w.call,
+                                   format_short_duration(w.waited_s), w.source));
+  nlohmann::json details = {
+      {"pid", w.pid}, {"tid", w.tid}, {"call", w.call}, {"source", w.source}, {"waited_s", w.waited_s}};
+  // What the device is doing meanwhile.
+  std::string device_state;
+  uint64_t usual_ns = 0, usual_max_ns = 0;
+  if (g) {
+    for (const auto& [name, d] : g->kernel_durations) {
+      usual_ns = std::max(usual_ns, d.median_ns());
+      usual_max_ns = std::max(usual_max_ns, d.max_ns);
     }
-    for (const auto& e : idle.evidence) f.evidence.push_back(e);
-    bool nvml_busy = false, nvml_idle = false;
-    for (const auto& e : idle.evidence)
-      if (e.rfind("NVML:", 0) == 0) (idle.idle ? nvml_idle : nvml_busy) = true;
-    if (nvml_busy && device_state.empty()) device_state = "the GPU is busy: a kernel is running";
-    if (nvml_idle)
-      device_state += std::string(device_state.empty() ? "" : "; ") +
-                      "yet the GPU is idle: what it waits for is not running (an event never recorded, a "
-                      "collective whose peers never came)";
-    if (!device_state.empty()) details["device"] = device_state;
-    f.summary = fmt::format("{} has waited {} in {} for the GPU{}", who, format_short_duration(w.waited_s), w.call,
-                            device_state.empty() ? "" : ": " + device_state);
-    bool overrun = details.contains("oldest_pending_s") && details.contains("longest_kernel_ns") &&
-                   details["oldest_pending_s"].get<double>() * 1e9 >=
-                       1000.0 * details["longest_kernel_ns"].get<double>();
-    f.severity =
-        (w.waited_s >= ctx.opt.gpu_wait_critical_s || overrun) ? Severity::Critical : Severity::Warning;
-    f.details = details;
-    f.advice = {
-        "A kernel that never ends: look for a spin on a flag no one sets, an out-of-bounds loop or a "
-        "deadlock between blocks; rerun with CUDA_LAUNCH_BLOCKING=1 to name the kernel, and under "
-        "compute-sanitizer.",
-        "If the pending work is a collective (NCCL), the GPU waits for a peer rank: see collective-wait, "
-        "set NCCL_DEBUG=INFO and a timeout on the process group (TORCH_NCCL_ASYNC_ERROR_HANDLING=1).",
-        "py-spy or hangtrace's py: lines show which Python line waits (.item(), .cpu(), "
-        "torch.cuda.synchronize()).",
-    };
-    out.push_back(std::move(f));
+    // Launches whose kernel never came back (CUPTI: API record without a
+    // kernel record of the same correlation id).
+    std::set<uint32_t> finished;
+    for (const auto& a : g->activity)
+      if (a.kind == HT_GPU_ACT_KERNEL) finished.insert(a.correlation_id);
+    const GpuActivity* oldest_pending = nullptr;
+    size_t pending = 0;
+    for (const auto& a : g->activity)
+      if ((a.kind == HT_GPU_ACT_DRIVER_API || a.kind == HT_GPU_ACT_RUNTIME_API) && a.correlation_id &&
+          a.name.find("Launch") != std::string::npos && !finished.count(a.correlation_id) && a.pid == w.pid) {
+        ++pending;
+        if (!oldest_pending || a.start_ns < oldest_pending->start_ns) oldest_pending = &a;
+      }
+    if (oldest_pending) {
+      double age = end > oldest_pending->start_ns ? (end - oldest_pending->start_ns) / 1e9 : 0;
+      f.evidence.push_back(
+          fmt::format("CUPTI: {} launch{} without a finished kernel; the oldest ({}, correlation {}) {} ago",
+                      pending, pending > 1 ? "es" : "", oldest_pending->name, oldest_pending->correlation_id,
+                      format_short_duration(age)));
+      details["pending_launches"] = pending;
+      details["oldest_pending_s"] = age;
+      device_state = fmt::format("a kernel launched {} ago has not finished", format_short_duration(age));
+      if (usual_ns) {
+        f.evidence.push_back(
+            fmt::format("kernels of this job took a median {} (longest {}) when they finished",
+                        format_ns(usual_ns), format_ns(usual_max_ns)));
+        details["usual_kernel_ns"] = usual_ns;
+        details["longest_kernel_ns"] = usual_max_ns;
+        if (age * 1e9 >= 1000.0 * static_cast<double>(usual_max_ns))
+          device_state += fmt::format(", over 1000x the longest kernel seen ({})", format_ns(usual_max_ns));
+      }
+    }
+    for (const auto& t : g->threads)
+      if (t.tid == w.tid && t.last_launch_ns && t.last_launch_ns > t.last_sync_end_ns) {
+        f.evidence.push_back(fmt::format(
+            "uprobes: {} launched kernels after its last completed synchronize (the latest {} ago)", who,
+            format_ns(end - std::min(end, t.last_launch_ns))));
+        if (device_state.empty()) device_state = "work launched before the wait has not completed";
+      }
   }
+  for (const auto& e : idle.evidence) f.evidence.push_back(e);
+  const bool nvml_busy = idle.nvml && !idle.idle, nvml_idle = idle.nvml && idle.idle;
+  if (nvml_busy && device_state.empty()) device_state = "the GPU is busy: a kernel is running";
+  if (nvml_idle)
+    device_state += std::string(device_state.empty() ? "" : "; ") +
+                    "yet the GPU is idle: what it waits for is not running (an event never recorded, a "
+                    "collective whose peers never came)";
+  if (!device_state.empty()) details["device"] = device_state;
+  f.summary = fmt::format("{} has waited {} in {} for the GPU{}", who, format_short_duration(w.waited_s),
+                          w.call, device_state.empty() ? "" : ": " + device_state);
+  bool overrun =
+      details.contains("oldest_pending_s") && details.contains("longest_kernel_ns") &&
+      details["oldest_pending_s"].get<double>() * 1e9 >= 1000.0 * details["longest_kernel_ns"].get<double>();
+  f.severity =
+      (w.waited_s >= ctx.opt.gpu_wait_critical_s || overrun) ? Severity::Critical : Severity::Warning;
+  f.details = details;
+  f.advice = {
+      "A kernel that never ends: look for a spin on a flag no one sets, an out-of-bounds loop or a "
+      "deadlock between blocks; rerun with CUDA_LAUNCH_BLOCKING=1 to name the kernel, and under "
+      "compute-sanitizer.",
+      "If the pending work is a collective (NCCL), the GPU waits for a peer rank: see collective-wait, "
+      "set NCCL_DEBUG=INFO and a timeout on the process group (TORCH_NCCL_ASYNC_ERROR_HANDLING=1).",
+      "py-spy or hangtrace's py: lines show which Python line waits (.item(), .cpu(), "
+      "torch.cuda.synchronize()).",
+  };
+  return f;
+}
 
-  // ---- gpu-starved --------------------------------------------------------------
+// The GPU idle while the thread that feeds it is blocked on the host (and
+// not in a GPU wait itself).
+std::optional<Finding> gpu_starved(const RuleContext& ctx, const IdleReading& idle,
+                                   const std::vector<HostGpuWait>& waits) {
   std::string how;
   std::optional<int> feeder = feeder_thread(ctx, &how);
-  if (feeder && idle.known && idle.idle) {
-    auto it = ctx.graph.threads.find(*feeder);
-    bool in_gpu_wait =
-        std::any_of(waits.begin(), waits.end(), [&](const auto& w) { return w.tid == *feeder; });
-    const ThreadWait* tw = it == ctx.graph.threads.end() ? nullptr : &it->second;
-    if (tw && !in_gpu_wait &&
-        (tw->activity == Activity::Blocked || tw->activity == Activity::TimedWait ||
-         tw->activity == Activity::DiskWait)) {
-      Finding f;
-      f.kind = "gpu-starved";
-      f.rank = 45;
-      add_unique(f.pids, tw->pid);
-      add_unique(f.tids, *feeder);
-      std::string who = ctx.thread_label(*feeder);
-      f.chain.push_back({"GPU", "is idle, fed by", who});
-      for (auto& step : ctx.chain_from(*feeder)) f.chain.push_back(step);
-      f.chain_tids = {*feeder};
-      bool stuck = ctx.stuck(*feeder);
-      f.severity = stuck ? Severity::Critical : Severity::Warning;
-      f.confidence = stuck ? Confidence::Certain : Confidence::Probable;
-      std::string waits_on = tw->summary.empty() ? activity_name(tw->activity) : tw->summary;
-      f.summary = fmt::format("the GPU is idle because the thread that feeds it, {}, {}{}", who, waits_on,
-                              tw->blocked_s ? fmt::format(" (for {})", format_short_duration(*tw->blocked_s)) : "");
-      f.evidence.push_back(fmt::format("{} {}", who, how));
-      for (const auto& e : idle.evidence) f.evidence.push_back(e);
-      // Point at the host finding that explains the feeder's wait.
-      for (const auto& host : ctx.findings)
-        if (std::find(host.chain_tids.begin(), host.chain_tids.end(), *feeder) != host.chain_tids.end() ||
-            std::find(host.tids.begin(), host.tids.end(), *feeder) != host.tids.end()) {
-          f.details["host_finding_kind"] = host.kind;
-          f.evidence.push_back(fmt::format("the host side: {} — {}", host.kind, host.summary));
-          break;
-        }
-      f.details["feeder_tid"] = *feeder;
-      f.details["feeder_pid"] = tw->pid;
-      f.details["feeder_wait"] = waits_on;
-      f.details["stuck"] = stuck;
-      f.advice = {
-          "Fix the host wait first (the chain above): the GPU only runs what this thread launches.",
-          "A DataLoader too slow to keep up shows the same way: raise num_workers, use pin_memory and "
-          "prefetch_factor, and keep Python work out of the training step.",
-      };
-      out.push_back(std::move(f));
+  if (!feeder || !idle.known || !idle.idle) return std::nullopt;
+  auto it = ctx.graph.threads.find(*feeder);
+  const ThreadWait* tw = it == ctx.graph.threads.end() ? nullptr : &it->second;
+  bool in_gpu_wait = std::any_of(waits.begin(), waits.end(), [&](const auto& w) { return w.tid == *feeder; });
+  if (!tw || in_gpu_wait ||
+      (tw->activity != Activity::Blocked && tw->activity != Activity::TimedWait &&
+       tw->activity != Activity::DiskWait))
+    return std::nullopt;
+  Finding f(FindingKind::GpuStarved);
+  add_unique(f.pids, tw->pid);
+  add_unique(f.tids, *feeder);
+  std::string who = ctx.thread_label(*feeder);
+  f.chain.push_back({"GPU", "is idle, fed by", who});
+  for (auto& step : ctx.chain_from(*feeder)) f.chain.push_back(step);
+  f.chain_tids = {*feeder};
+  bool stuck = ctx.stuck(*feeder);
+  f.severity = stuck ? Severity::Critical : Severity::Warning;
+  f.confidence = stuck ? Confidence::Certain : Confidence::Probable;
+  std::string waits_on = tw->summary.empty() ? activity_name(tw->activity) : tw->summary;
+  f.summary =
+      fmt::format("the GPU is idle because the thread that feeds it, {}, {}{}", who, waits_on,
+                  tw->blocked_s ? fmt::format(" (for {})", format_short_duration(*tw->blocked_s)) : "");
+  f.evidence.push_back(fmt::format("{} {}", who, how));
+  for (const auto& e : idle.evidence) f.evidence.push_back(e);
+  // Point at the host finding that explains the feeder's wait.
+  for (const auto& host : ctx.findings)
+    if (std::find(host.chain_tids.begin(), host.chain_tids.end(), *feeder) != host.chain_tids.end() ||
+        std::find(host.tids.begin(), host.tids.end(), *feeder) != host.tids.end()) {
+      f.details["host_finding_kind"] = finding_kind_name(host.kind);
+      f.evidence.push_back(fmt::format("the host side: {} — {}", finding_kind_name(host.kind), host.summary));
+      break;
     }
-  }
+  f.details["feeder_tid"] = *feeder;
+  f.details["feeder_pid"] = tw->pid;
+  f.details["feeder_wait"] = waits_on;
+  f.details["stuck"] = stuck;
+  f.advice = {
+      "Fix the host wait first (the chain above): the GPU only runs what this thread launches.",
+      "A DataLoader too slow to keep up shows the same way: raise num_workers, use pin_memory and "
+      "prefetch_factor, and keep Python work out of the training step.",
+  };
+  return f;
+}
+
+}  // namespace
+
+std::vector<Finding> gpu_findings(const RuleContext& ctx) {
+  std::vector<Finding> out;
+  IdleReading idle = gpu_idle(ctx);
+  std::vector<HostGpuWait> waits = host_gpu_waits(ctx);
+  for (const HostGpuWait& w : waits)
+    if (w.waited_s >= ctx.opt.gpu_wait_after_s) out.push_back(gpu_wait(ctx, w, idle));
+  if (auto f = gpu_starved(ctx, idle, waits)) out.push_back(std::move(*f));
   return out;
 }
 
-}  // namespace hangtrace
+}  // namespace hangtrace::rules

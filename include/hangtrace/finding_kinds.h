@@ -1,0 +1,83 @@
+// The kinds of finding hangtrace reports, each named once (Perfetto's stats.h
+// style): the stable name the text and JSON reports carry ("orphaned-lock"),
+// the severity a finding of the kind has unless its rule decides otherwise,
+// its priority and the line that says what it means.
+//
+// Findings are listed by severity, then confidence, then priority (lower
+// first); the first one is the verdict. Priority is internal: the reports
+// never show it.
+//
+// Adding a kind:
+//   1. one X(...) line below;
+//   2. one function that makes its findings, in the file of its family under
+//      userspace/core/rules/ (rules.h lists the families), called from the
+//      rule list in rules/diagnose.cpp;
+//   3. its name in README.md ("Finding kinds today") and its row in
+//      docs/json-schema.md (finding_kinds_test fails until both name it).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace hangtrace {
+
+enum class Severity { Info, Warning, Critical };
+const char* severity_name(Severity s);
+
+// X(enumerator, name, default severity, priority, doc line)
+#define HANGTRACE_FINDING_KINDS(X)                                                                          \
+  X(ProcessKilled, "process-killed", Critical, 3,                                                           \
+    "(live) a process of the job died of a signal or the OOM killer")                                       \
+  X(CollectiveWait, "collective-wait", Critical, 4,                                                         \
+    "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")     \
+  X(GpuWait, "gpu-wait", Warning, 6,                                                                        \
+    "a host thread in a CUDA synchronize or synchronous copy for a long time (critical when very long)")    \
+  X(ShmExhausted, "shm-exhausted", Critical, 8, "the target's /dev/shm is (nearly) full")                   \
+  X(OrphanedLock, "orphaned-lock", Critical, 10,                                                            \
+    "a lock wait no live thread can release (its owner is dead, or in another process after fork)")         \
+  X(DeadPeer, "dead-peer", Critical, 12,                                                                    \
+    "a wait on a pipe, socket or child whose other end no live process holds (or only the waiter itself)")  \
+  X(DeadlockCycle, "deadlock-cycle", Critical, 20,                                                          \
+    "blocked threads, across processes (or one thread relocking its own mutex), each waiting for the next") \
+  X(NetworkWait, "network-wait", Warning, 30,                                                               \
+    "a thread blocked on a TCP/UDP socket past --stall-after (critical when the main thread waits on it)")  \
+  X(MemoryGrowth, "memory-growth", Warning, 40,                                                             \
+    "(live) a process's resident memory grew fast during the window (critical for the main process)")       \
+  X(GpuStarved, "gpu-starved", Warning, 45,                                                                 \
+    "the GPU is idle while the host thread that feeds it is blocked (critical when it can never move on)")
+
+enum class FindingKind {
+#define HANGTRACE_FINDING_KIND_ENUMERATOR(id, name, severity, priority, doc) id,
+  HANGTRACE_FINDING_KINDS(HANGTRACE_FINDING_KIND_ENUMERATOR)
+#undef HANGTRACE_FINDING_KIND_ENUMERATOR
+};
+
+struct FindingKindInfo {
+  FindingKind kind;
+  const char* name;   // stable: the reports' "kind"
+  Severity severity;  // unless the rule decides otherwise
+  int priority;       // ordering among findings of one severity and confidence, lower first
+  const char* doc;    // one line: when a finding of this kind is made
+};
+
+inline constexpr FindingKindInfo kFindingKinds[] = {
+#define HANGTRACE_FINDING_KIND_INFO(id, name, severity, priority, doc) \
+  {FindingKind::id, name, Severity::severity, priority, doc},
+    HANGTRACE_FINDING_KINDS(HANGTRACE_FINDING_KIND_INFO)
+#undef HANGTRACE_FINDING_KIND_INFO
+};
+
+// A terminal cause (orphaned-lock, dead-peer) that the target's main thread
+// waits on, directly or through others, is what stops the job: it goes this
+// much ahead of its kind's priority.
+inline constexpr int kMainThreadWaitsPriorityBoost = 5;
+
+constexpr const FindingKindInfo& finding_kind_info(FindingKind kind) {
+  return kFindingKinds[static_cast<size_t>(kind)];
+}
+constexpr const char* finding_kind_name(FindingKind kind) { return finding_kind_info(kind).name; }
+// The kind of that name; none for a name no kind has.
+std::optional<FindingKind> finding_kind_from_name(std::string_view name);
+
+}  // namespace hangtrace

@@ -1,0 +1,214 @@
+// Pipes, sockets, eventfds, timers, files and children in the wait-for
+// graph: the object behind a waited-on fd (or child), and who could end the
+// wait on it.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+
+#include <fmt/format.h>
+
+#include "graph_builder.h"
+
+namespace hangtrace::graph {
+
+const FdEntry* find_fd(const ProcessInfo& p, int fd) {
+  for (const auto& f : p.fds)
+    if (f.fd == fd) return &f;
+  return nullptr;
+}
+
+std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w) {
+  const FdEntry* f = find_fd(p, fd);
+  if (!f) {
+    WaitObject& o = object(fmt::format("fd:{}:{}", p.pid, fd), ObjectKind::Unknown,
+                           fmt::format("fd {} of {}", fd, p.pid));
+    o.external = true;
+    o.notes.push_back("the fd was closed or could not be read");
+    return o.id;
+  }
+  const bool ready = f->ready_events > 0 && (want_read ? (f->ready_events & (POLLIN | POLLHUP | POLLERR))
+                                                       : (f->ready_events & (POLLOUT | POLLERR)));
+  std::string id;
+  switch (f->kind) {
+    case FdKind::Pipe:
+      id = pipe_object(*f, want_read);
+      break;
+    case FdKind::Socket:
+      id = socket_object(*f);
+      break;
+    case FdKind::EventFd:
+      id = eventfd_object(p, *f);
+      break;
+    case FdKind::Epoll: {
+      // Only reached for an epoll fd inside poll(): expand its watch list.
+      std::string first;
+      for (const auto& watch : f->epoll) {
+        std::string sub = fd_object(p, watch.target_fd, true, w);
+        if (first.empty()) first = sub;
+        extra_objects_.push_back(sub);
+      }
+      return first;
+    }
+    case FdKind::TimerFd: {
+      WaitObject& o = object(fmt::format("timerfd:{}:{}", p.pid, fd), ObjectKind::Unknown,
+                             fmt::format("timerfd {} of {}", fd, p.pid));
+      o.external = true;  // a timer fires by itself
+      id = o.id;
+      break;
+    }
+    default: {
+      WaitObject& o = object(fmt::format("file:{}", f->link), ObjectKind::File, f->link);
+      o.external = true;  // terminals, devices, files: released from outside
+      id = o.id;
+      break;
+    }
+  }
+  if (ready) {
+    WaitObject& o = graph_.objects[id];
+    o.ready = true;
+    if (f->queued_bytes > 0)
+      o.notes.push_back(fmt::format("{} bytes queued: the wait is about to end", f->queued_bytes));
+  } else if (f->queued_bytes == 0 && want_read && f->kind == FdKind::Pipe) {
+    graph_.objects[id].notes.push_back("pipe is empty (0 bytes queued)");
+  }
+  return id;
+}
+
+// One object per end: a read is released by the holders of the write end,
+// and a write by the holders of the read end.
+std::string GraphBuilder::pipe_object(const FdEntry& f, bool want_read) {
+  WaitObject& o = object(fmt::format("pipe:[{}]:{}", f.inode, want_read ? "r" : "w"), ObjectKind::Pipe,
+                         fmt::format("pipe:[{}] ({} end)", f.inode, want_read ? "read" : "write"),
+                         fmt::format("pipe:[{}]", f.inode));
+  if (!o.holder_pids.empty()) return o.id;
+  const uint64_t ino = f.inode;
+  auto other_end = holders([&](const FdEntry& e) {
+    if (e.kind != FdKind::Pipe || e.inode != ino) return false;
+    int mode = static_cast<int>(e.flags & O_ACCMODE);
+    return want_read ? (mode == O_WRONLY || mode == O_RDWR) : (mode == O_RDONLY || mode == O_RDWR);
+  });
+  for (int pid : other_end) add_releaser_process(o, pid);
+  o.releasers_certain = true;
+  return o.id;
+}
+
+// A socket is released by whoever holds its peer: the other end of a
+// socketpair or of a local TCP connection, the listener that has not yet
+// accepted a connect, or nobody this host can see (a remote end, UDP, a
+// listening socket: external).
+std::string GraphBuilder::socket_object(const FdEntry& f) {
+  const SocketInfo* s = snap_.socket(f.inode);
+  if (!s) {
+    WaitObject& o =
+        object(fmt::format("socket:[{}]", f.inode), ObjectKind::Socket, fmt::format("socket:[{}]", f.inode));
+    o.external = true;
+    return o.id;
+  }
+  ObjectKind kind = s->family == "unix"              ? ObjectKind::UnixSocket
+                    : s->family.rfind("tcp", 0) == 0 ? ObjectKind::TcpSocket
+                    : s->family.rfind("udp", 0) == 0 ? ObjectKind::UdpSocket
+                                                     : ObjectKind::Socket;
+  std::string label =
+      s->family == "unix"
+          ? fmt::format("unix socket:[{}]{}", s->inode, s->local.empty() ? "" : " " + s->local)
+          : fmt::format("{} {} -> {} ({})", s->family, s->local, s->remote, s->state);
+  WaitObject& o = object(fmt::format("socket:[{}]", s->inode), kind, label);
+  o.local = s->local;
+  o.remote = s->remote;
+  if (!o.holder_pids.empty() || o.external) return o.id;
+
+  if (s->state == "LISTEN") {
+    o.external = true;  // anyone may connect
+    o.notes.push_back("listening: waits for a client to connect");
+    return o.id;
+  }
+  if (kind == ObjectKind::UdpSocket) {
+    o.external = true;
+    return o.id;
+  }
+  if (kind == ObjectKind::TcpSocket && !s->remote_is_local_host) {
+    o.external = true;
+    o.notes.push_back(fmt::format("the other end, {}, is not on this host", s->remote));
+    return o.id;
+  }
+  uint64_t peer = s->peer_inode;
+  std::vector<int> peer_holders;
+  if (peer) {
+    peer_holders = holders([&](const FdEntry& e) { return e.kind == FdKind::Socket && e.inode == peer; });
+  } else if (kind == ObjectKind::TcpSocket) {
+    // Not accepted yet: the listener on the remote port will pick it up.
+    std::string port = s->remote.substr(s->remote.rfind(':') + 1);
+    for (const auto& ls : snap_.sockets) {
+      if (ls.state != "LISTEN" || ls.family.rfind("tcp", 0) != 0) continue;
+      if (ls.local.substr(ls.local.rfind(':') + 1) != port) continue;
+      auto h = holders([&](const FdEntry& e) { return e.kind == FdKind::Socket && e.inode == ls.inode; });
+      peer_holders.insert(peer_holders.end(), h.begin(), h.end());
+      o.notes.push_back(fmt::format("not accepted yet by the listener on {}", ls.local));
+    }
+  }
+  if (peer_holders.empty()) {
+    if (kind == ObjectKind::TcpSocket) {
+      o.external = true;
+      o.notes.push_back(fmt::format("the local end {} is held by no process hangtrace can see", s->remote));
+    } else if (peer) {
+      o.external = true;
+      o.notes.push_back(fmt::format("peer socket:[{}] is held by no process hangtrace can see", peer));
+    }
+    // A unix socket without a peer inode waits forever (nobody can send).
+    o.releasers_certain = !o.external;
+    return o.id;
+  }
+  for (int pid : peer_holders) add_releaser_process(o, pid);
+  o.releasers_certain = true;
+  return o.id;
+}
+
+// Any holder of the same eventfd may write it; without the kernel's id for
+// it, only its own process is known to hold it.
+std::string GraphBuilder::eventfd_object(const ProcessInfo& p, const FdEntry& f) {
+  std::string key = f.eventfd_id ? std::to_string(*f.eventfd_id) : fmt::format("{}:{}", p.pid, f.fd);
+  WaitObject& o = object("eventfd:" + key, ObjectKind::EventFd, "eventfd " + key);
+  if (!o.holder_pids.empty()) return o.id;
+  auto h = f.eventfd_id ? holders([&](const FdEntry& e) {
+    return e.kind == FdKind::EventFd && e.eventfd_id == f.eventfd_id;
+  })
+                        : std::vector<int>{p.pid};
+  for (int pid : h) add_releaser_process(o, pid);
+  return o.id;
+}
+
+// wait4/waitid: released by the live children it waits for (a zombie one
+// ends the wait at once).
+std::string GraphBuilder::child_object(const ProcessInfo& p, const ThreadInfo& t) {
+  int which = -1;  // -1: any child
+  if (t.syscall.nr == HT_NR_wait4) {
+    which = static_cast<int>(t.syscall.args[0]);
+  } else {  // waitid(idtype, id, ...)
+    if (t.syscall.args[0] == static_cast<uint64_t>(P_PID)) which = static_cast<int>(t.syscall.args[1]);
+  }
+  std::string id = which > 0 ? fmt::format("child:{}", which) : fmt::format("children:{}", p.pid);
+  WaitObject& o =
+      object(id, ObjectKind::Child,
+             which > 0 ? fmt::format("child process {}", which) : fmt::format("any child of {}", p.pid));
+  if (!o.holder_pids.empty() || o.releasers_certain || o.external) return id;
+  if (p.role == ProcessRole::Peer) {
+    // A peer's children are outside the snapshot.
+    o.external = true;
+    return id;
+  }
+  o.releasers_certain = true;
+  for (int child : p.children) {
+    if (which > 0 && child != which) continue;
+    const ProcessInfo* c = snap_.process(child);
+    if (!c) continue;
+    if (!alive(*c)) {
+      o.ready = true;  // a zombie is there to be reaped
+      o.notes.push_back(fmt::format("child {} has exited (zombie)", child));
+      continue;
+    }
+    add_releaser_process(o, child);
+  }
+  return id;
+}
+
+}  // namespace hangtrace::graph

@@ -1,0 +1,286 @@
+// Snapshot -> wait-for graph: what each thread is doing, what it waits on,
+// and the finishing pass over the objects (graph_builder.h).
+#include <poll.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "graph_builder.h"
+
+namespace hangtrace {
+
+const char* object_kind_name(ObjectKind k) {
+  switch (k) {
+    case ObjectKind::Futex:
+      return "futex";
+    case ObjectKind::Pipe:
+      return "pipe";
+    case ObjectKind::UnixSocket:
+      return "unix-socket";
+    case ObjectKind::TcpSocket:
+      return "tcp-socket";
+    case ObjectKind::UdpSocket:
+      return "udp-socket";
+    case ObjectKind::Socket:
+      return "socket";
+    case ObjectKind::EventFd:
+      return "eventfd";
+    case ObjectKind::File:
+      return "file";
+    case ObjectKind::Child:
+      return "child";
+    case ObjectKind::Unknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+const char* activity_name(Activity a) {
+  switch (a) {
+    case Activity::Running:
+      return "running";
+    case Activity::Blocked:
+      return "blocked";
+    case Activity::TimedWait:
+      return "timed-wait";
+    case Activity::Sleeping:
+      return "sleeping";
+    case Activity::DiskWait:
+      return "disk-wait";
+    case Activity::Stopped:
+      return "stopped";
+    case Activity::Dead:
+      return "dead";
+    case Activity::Unknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+std::vector<int> WaitGraph::depends_on(int tid) const {
+  std::set<int> out;
+  auto it = threads.find(tid);
+  if (it == threads.end()) return {};
+  for (const auto& id : it->second.objects) {
+    auto o = objects.find(id);
+    if (o == objects.end()) continue;
+    out.insert(o->second.releasers.begin(), o->second.releasers.end());
+  }
+  out.erase(tid);
+  return {out.begin(), out.end()};
+}
+
+WaitGraph build_wait_graph(const Snapshot& snapshot) { return graph::GraphBuilder(snapshot).build(); }
+
+namespace graph {
+
+GraphBuilder::GraphBuilder(const Snapshot& s) : snap_(s) {
+  for (const auto& p : snap_.processes)
+    for (const auto& t : p.threads) graph_.tid_to_pid[t.tid] = p.pid;
+}
+
+WaitGraph GraphBuilder::build() {
+  for (const auto& p : snap_.processes)
+    for (const auto& t : p.threads) classify(p, t);
+  finish_objects();
+  return std::move(graph_);
+}
+
+WaitObject& GraphBuilder::object(const std::string& id, ObjectKind kind, const std::string& label,
+                                 const std::string& name) {
+  auto [it, inserted] = graph_.objects.try_emplace(id);
+  if (inserted) {
+    it->second.id = id;
+    it->second.kind = kind;
+    it->second.label = label;
+    it->second.name = name.empty() ? id : name;
+  }
+  return it->second;
+}
+
+void GraphBuilder::add_releaser_process(WaitObject& o, int pid) {
+  const ProcessInfo* p = snap_.process(pid);
+  if (p && alive(*p))
+    for (const auto& t : p->threads)
+      if (alive(t)) o.releasers.push_back(t.tid);
+  o.holder_pids.push_back(pid);
+}
+
+std::string GraphBuilder::process_label(int pid) const {
+  const ProcessInfo* p = snap_.process(pid);
+  return p ? fmt::format("{} ({})", pid, p->comm) : std::to_string(pid);
+}
+
+// ---- per thread ---------------------------------------------------------------
+void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
+  ThreadWait w;
+  w.tid = t.tid;
+  w.pid = p.pid;
+  if (t.kernel) {
+    for (const auto& fr : t.kernel->stack)
+      if (!fr.symbol.empty()) w.kernel_stack.push_back(fr.symbol.substr(0, fr.symbol.find('+')));
+    if (!t.kernel->on_cpu) w.blocked_s = static_cast<double>(t.kernel->off_cpu_ns) / 1e9;
+  }
+  if (t.progress_sampled) {
+    uint64_t cpu = t.cpu_ns_end >= t.cpu_ns_start ? t.cpu_ns_end - t.cpu_ns_start : 0;
+    w.progressed = cpu > progress_cpu_ns_ || t.io_bytes_end != t.io_bytes_start;
+  }
+  const SyscallDesc desc = describe_syscall(t.syscall.nr);
+  if (t.syscall.mode == SyscallState::Mode::InSyscall) {
+    w.syscall_text = format_syscall(t.syscall.nr, t.syscall.args, t.memory.poll_fds);
+    w.wait_class = desc.wait;
+  }
+  w.timeout_s = t.memory.timeout_s;
+  if (t.syscall.nr == HT_NR_poll && static_cast<int>(t.syscall.args[2]) >= 0 && !w.timeout_s)
+    w.timeout_s = static_cast<int>(t.syscall.args[2]) / 1000.0;
+
+  switch (t.state) {
+    case 'R':
+      w.activity = Activity::Running;
+      break;
+    case 'D':
+      w.activity = Activity::DiskWait;
+      break;
+    case 'T':
+    case 't':
+      w.activity = Activity::Stopped;
+      break;
+    case 'Z':
+    case 'X':
+      w.activity = Activity::Dead;
+      break;
+    default:  // 'S', 'I': the syscall says what it waits for
+      w.activity = Activity::Unknown;
+      break;
+  }
+  if (!alive(p)) w.activity = Activity::Dead;
+  if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::Running)
+    w.activity = Activity::Running;
+  if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::InSyscall)
+    resolve_wait(p, t, desc, w);
+  if (w.summary.empty()) w.summary = activity_name(w.activity);
+  graph_.threads[t.tid] = std::move(w);
+}
+
+void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc,
+                                ThreadWait& w) {
+  const bool timed = w.timeout_s.has_value();
+  if (timed && *w.timeout_s <= 0) {
+    w.activity = Activity::Running;  // a non-blocking call, about to return
+    return;
+  }
+  auto blocked = [&] { w.activity = timed ? Activity::TimedWait : Activity::Blocked; };
+  extra_objects_.clear();
+  std::string id;
+  switch (desc.wait) {
+    case WaitClass::Futex:
+      id = futex_object(p, t, w);
+      if (!id.empty()) blocked();
+      break;
+    case WaitClass::FdRead:
+    case WaitClass::FdWrite:
+    case WaitClass::Accept:
+    case WaitClass::Connect: {
+      bool want_read = desc.wait != WaitClass::FdWrite && desc.wait != WaitClass::Connect;
+      id = fd_object(p, static_cast<int>(t.syscall.args[0]), want_read, w);
+      blocked();
+      const WaitObject& o = graph_.objects[id];
+      w.summary = fmt::format("{} on {}",
+                              desc.wait == WaitClass::FdWrite   ? "writes"
+                              : desc.wait == WaitClass::Accept  ? "accepts"
+                              : desc.wait == WaitClass::Connect ? "connects"
+                                                                : "reads",
+                              o.label);
+      break;
+    }
+    case WaitClass::Poll:
+    case WaitClass::Select: {
+      std::vector<std::string> labels;
+      for (const auto& [fd, events] : t.memory.poll_fds) {
+        if (fd < 0) continue;
+        std::string sub = fd_object(p, fd, (events & (POLLOUT)) == 0, w);
+        if (!sub.empty()) {
+          w.objects.push_back(sub);
+          labels.push_back(graph_.objects[sub].label);
+        }
+      }
+      for (auto& e : extra_objects_) w.objects.push_back(e);
+      blocked();
+      w.summary = labels.empty() ? fmt::format("{} on unknown fds", desc.name)
+                                 : fmt::format("{} on {}", desc.name, fmt::join(labels, ", "));
+      break;
+    }
+    case WaitClass::Epoll: {
+      const FdEntry* ep = find_fd(p, static_cast<int>(t.syscall.args[0]));
+      std::vector<std::string> labels;
+      if (ep) {
+        for (const auto& watch : ep->epoll) {
+          std::string sub = fd_object(p, watch.target_fd, (watch.events & POLLOUT) == 0, w);
+          w.objects.push_back(sub);
+          labels.push_back(graph_.objects[sub].label);
+        }
+      }
+      blocked();
+      w.summary = fmt::format("epoll_wait on {}",
+                              labels.empty() ? "nothing known" : fmt::format("{}", fmt::join(labels, ", ")));
+      break;
+    }
+    case WaitClass::ChildWait:
+      id = child_object(p, t);
+      blocked();
+      w.summary = "waits for " + graph_.objects[id].label;
+      break;
+    case WaitClass::Sleep:
+      w.activity = Activity::Sleeping;
+      w.summary = w.timeout_s ? fmt::format("sleeps {:.3g} s", *w.timeout_s) : "sleeps";
+      break;
+    case WaitClass::Pause: {
+      WaitObject& o = object("signal", ObjectKind::Unknown, "a signal");
+      o.external = true;
+      id = o.id;
+      blocked();
+      w.summary = "waits for a signal";
+      break;
+    }
+    default:
+      w.activity = Activity::Unknown;
+      w.summary = fmt::format("in {}", desc.name);
+      break;
+  }
+  if (!id.empty()) w.objects.insert(w.objects.begin(), id);
+  // Dedupe (poll on both ends of the same pipe, ...).
+  std::set<std::string> seen;
+  std::vector<std::string> uniq;
+  for (auto& o : w.objects)
+    if (seen.insert(o).second) uniq.push_back(o);
+  w.objects = std::move(uniq);
+  for (const auto& o : w.objects) graph_.objects[o].waiters.push_back(t.tid);
+  if (timed && w.activity == Activity::TimedWait)
+    w.summary += fmt::format(" (timeout {:.3g} s)", *w.timeout_s);
+}
+
+// ---- finishing pass -------------------------------------------------------------
+void GraphBuilder::finish_objects() {
+  for (auto& [id, o] : graph_.objects)
+    if (o.futex) resolve_futex_releasers(o);
+  for (auto& [id, o] : graph_.objects) {
+    // A waiter cannot release what it waits on; neither can a dead thread.
+    std::set<int> waiters(o.waiters.begin(), o.waiters.end());
+    std::set<int> rel;
+    for (int tid : o.releasers)
+      if (!waiters.count(tid)) rel.insert(tid);
+    o.releasers.assign(rel.begin(), rel.end());
+    std::set<int> hp(o.holder_pids.begin(), o.holder_pids.end());
+    o.holder_pids.assign(hp.begin(), hp.end());
+    std::set<int> waiter_pids;
+    for (int tid : o.waiters) waiter_pids.insert(graph_.tid_to_pid[tid]);
+    o.only_self_holders = !o.releasers.empty();
+    for (int tid : o.releasers)
+      if (!waiter_pids.count(graph_.tid_to_pid[tid])) o.only_self_holders = false;
+  }
+}
+
+}  // namespace graph
+}  // namespace hangtrace

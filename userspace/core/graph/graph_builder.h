@@ -1,0 +1,80 @@
+// Snapshot -> wait-for graph, internal to hangtrace_core. One builder, in
+// three files by the kind of object a thread can wait on:
+//   graph.cpp          each thread's activity and wait, the graph's finishing pass
+//   futex_objects.cpp  locks: where a futex lives, what its word says, who can unlock it
+//   fd_objects.cpp     pipes, sockets, eventfds, timers, files, and children
+// Every object records who could end the wait on it (its releasers) as it is
+// made, except futexes: their owner may be any thread of the snapshot, so
+// they are resolved once every thread has been classified.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hangtrace/analysis.h"
+#include "hangtrace/syscalls.h"
+
+namespace hangtrace::graph {
+
+// A zombie or exiting task releases nothing.
+inline bool alive(const ProcessInfo& p) { return p.state != 'Z' && p.state != 'X'; }
+inline bool alive(const ThreadInfo& t) { return t.state != 'Z' && t.state != 'X'; }
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(const Snapshot& s);
+  WaitGraph build();
+
+ private:
+  const Snapshot& snap_;
+  WaitGraph graph_;
+  // Objects found inside an epoll set that poll() was given, for the
+  // current thread (fd_object adds them, resolve_wait consumes them).
+  std::vector<std::string> extra_objects_;
+  uint64_t progress_cpu_ns_ = 2'000'000;
+
+  // ---- graph.cpp: threads and the finishing pass ---------------------------
+  void classify(const ProcessInfo& p, const ThreadInfo& t);
+  void resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w);
+  void finish_objects();
+  // The object of `id`, made with `kind` and `label` (and `name`, the id when
+  // empty) the first time it is asked for.
+  WaitObject& object(const std::string& id, ObjectKind kind, const std::string& label,
+                     const std::string& name = {});
+  // Every live thread of `pid` can release `o`.
+  void add_releaser_process(WaitObject& o, int pid);
+  std::string process_label(int pid) const;  // "212 (python3)"
+
+  // ---- futex_objects.cpp ------------------------------------------------------
+  // The futex `t` waits on ("" for a futex call that does not wait).
+  std::string futex_object(const ProcessInfo& p, const ThreadInfo& t, ThreadWait& w);
+  void resolve_futex_releasers(WaitObject& o);
+  void release_by_owner(WaitObject& o, const FutexLocation& where, int owner);
+  void release_by_any_thread(WaitObject& o, const FutexLocation& where);
+
+  // ---- fd_objects.cpp -----------------------------------------------------------
+  std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w);
+  std::string pipe_object(const FdEntry& f, bool want_read);
+  std::string socket_object(const FdEntry& f);
+  std::string eventfd_object(const ProcessInfo& p, const FdEntry& f);
+  std::string child_object(const ProcessInfo& p, const ThreadInfo& t);
+  // Every live process in the snapshot holding an fd for which `pred` is true.
+  template <class Pred>
+  std::vector<int> holders(Pred pred) const {
+    std::vector<int> out;
+    for (const auto& p : snap_.processes) {
+      if (!alive(p)) continue;
+      for (const auto& f : p.fds) {
+        if (pred(f)) {
+          out.push_back(p.pid);
+          break;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+const FdEntry* find_fd(const ProcessInfo& p, int fd);
+
+}  // namespace hangtrace::graph

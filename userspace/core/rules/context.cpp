@@ -1,0 +1,173 @@
+// The helpers every rule family words its findings with (context.h).
+#include "context.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include "hangtrace/text.h"
+
+namespace hangtrace {
+
+const char* job_role_label(const Snapshot& snapshot, const ProcessInfo* p) {
+  if (!p) return "process";
+  if (p->role == ProcessRole::Target) return "main";
+  if (p->role == ProcessRole::Peer) return "peer";
+  return p->ppid == snapshot.target_pid ? "worker" : "descendant";
+}
+
+namespace rules {
+
+void add_unique(std::vector<int>& v, int x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+// ---- lookups ----------------------------------------------------------------------
+const ThreadWait* RuleContext::wait_of(int tid) const {
+  auto it = graph.threads.find(tid);
+  return it == graph.threads.end() ? nullptr : &it->second;
+}
+
+int RuleContext::pid_of(int tid) const {
+  auto it = graph.tid_to_pid.find(tid);
+  return it == graph.tid_to_pid.end() ? tid : it->second;
+}
+
+bool RuleContext::in_tree(int tid) const {
+  const ProcessInfo* p = snap.process(pid_of(tid));
+  return p && p->role != ProcessRole::Peer;
+}
+
+Confidence RuleContext::confidence_for(const std::vector<int>& tids) const {
+  for (int t : tids)
+    if (!knot.strict.count(t)) return Confidence::Probable;
+  return Confidence::Certain;
+}
+
+// ---- labels -------------------------------------------------------------------------
+std::string RuleContext::thread_label(int tid) const {
+  int pid = pid_of(tid);
+  const ProcessInfo* p = snap.process(pid);
+  const char* role = job_role_label(snap, p);
+  std::string comm = p ? p->comm : "?";
+  if (tid == pid) return fmt::format("{} {} ({})", role, pid, comm);
+  std::string tcomm;
+  if (p)
+    for (const auto& t : p->threads)
+      if (t.tid == tid) tcomm = t.comm;
+  return fmt::format("thread {} ({}) of {} {}", tid, tcomm, role, pid);
+}
+
+std::string RuleContext::releaser_label(const WaitObject& o, int tid) const {
+  size_t others = o.releasers.size() > 1 ? o.releasers.size() - 1 : 0;
+  return others ? fmt::format("{} (or {} other thread{})", thread_label(tid), others, others > 1 ? "s" : "")
+                : thread_label(tid);
+}
+
+std::string RuleContext::process_label(int pid, const std::string& comm) const {
+  if (snap.process(pid)) return thread_label(pid);
+  std::string role = pid == snap.target_pid ? "main" : "process";
+  if (const ProcessInfo* p = snap.process(snap.target_pid)) {
+    for (int c : p->children)
+      if (c == pid) role = "worker";
+  }
+  if (live) {
+    for (const auto& [fpid, m] : live->meta)
+      if (fpid == pid && role == "process") role = "traced process";
+  }
+  return fmt::format("{} {} ({})", role, pid, comm);
+}
+
+// ---- chains -------------------------------------------------------------------------
+WaitPath RuleContext::wait_path(int from, int to) const {
+  if (from == to) return {};
+  std::map<int, Hop> parent;  // tid -> (previous tid, via object)
+  std::deque<int> q{from};
+  parent[from] = {from, ""};
+  while (!q.empty()) {
+    int t = q.front();
+    q.pop_front();
+    if (t == to) break;
+    const ThreadWait* w = wait_of(t);
+    if (!w) continue;
+    for (const auto& id : w->objects) {
+      for (int r : object(id).releasers)
+        if (!parent.count(r)) {
+          parent[r] = {t, id};
+          q.push_back(r);
+        }
+    }
+  }
+  if (!parent.count(to)) return {};
+  WaitPath path;
+  for (int t = to; t != from; t = parent[t].tid) path.push_back({t, parent[t].via});
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::vector<ChainStep> RuleContext::chain_steps(int from, const WaitPath& path) const {
+  std::vector<ChainStep> steps;
+  int prev = from;
+  for (const auto& [t, via] : path) {
+    const WaitObject& o = object(via);
+    steps.push_back({thread_label(prev), "waits on", o.label});
+    steps.push_back({o.label, "can be released by", releaser_label(o, t)});
+    prev = t;
+  }
+  return steps;
+}
+
+bool RuleContext::reachable_from_main(int tid) const {
+  return tid == snap.target_pid || !wait_path(snap.target_pid, tid).empty();
+}
+
+void RuleContext::add_main_chain(Finding& f, int cause_tid, const std::string& cause_object) const {
+  const int main_tid = snap.target_pid;
+  WaitPath path = wait_path(main_tid, cause_tid);
+  if (!path.empty() || main_tid == cause_tid) {
+    f.chain = chain_steps(main_tid, path);
+    f.details["main_waits_on_it"] = true;
+    f.chain_tids = {main_tid};
+    for (const auto& hop : path) add_unique(f.chain_tids, hop.tid);
+  }
+  if (!cause_object.empty())
+    f.chain.push_back({thread_label(cause_tid), "waits on", object(cause_object).label});
+}
+
+std::vector<ChainStep> RuleContext::chain_from(int tid) const {
+  std::string label = thread_label(tid);
+  for (const auto& f : findings)
+    for (size_t i = 0; i < f.chain.size(); ++i)
+      if (f.chain[i].from == label) return {f.chain.begin() + static_cast<long>(i), f.chain.end()};
+  std::vector<ChainStep> steps;
+  const ThreadWait* w = wait_of(tid);
+  if (!w) return steps;
+  if (!w->objects.empty()) {
+    const WaitObject& o = object(w->objects.front());
+    steps.push_back({label, "waits on", o.label});
+    if (!o.releasers.empty())
+      steps.push_back({o.label, "can be released by", releaser_label(o, o.releasers[0])});
+    for (const auto& note : o.notes) steps.push_back({o.label, "note", note});
+  }
+  if (steps.empty() && !w->summary.empty()) steps.push_back({label, "waits:", w->summary});
+  return steps;
+}
+
+// ---- evidence -------------------------------------------------------------------------
+void RuleContext::add_thread_evidence(Finding& f, int tid) const {
+  const ThreadWait* w = wait_of(tid);
+  if (!w) return;
+  std::string line = fmt::format("{} {} in {} {}", thread_label(tid), activity_name(w->activity),
+                                 w->syscall_text.empty() ? "?" : w->syscall_text, for_duration(w->blocked_s));
+  if (!w->kernel_stack.empty()) {
+    std::vector<std::string> top(w->kernel_stack.begin(),
+                                 w->kernel_stack.begin() + std::min<size_t>(4, w->kernel_stack.size()));
+    line += fmt::format("; kernel: {}", fmt::join(top, " <- "));
+  }
+  f.evidence.push_back(line);
+}
+
+}  // namespace rules
+}  // namespace hangtrace

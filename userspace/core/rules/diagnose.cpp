@@ -1,0 +1,63 @@
+// diagnose(): the wait-for graph, the threads that can never move on, every
+// rule family in turn (rules.h), then the findings in order and the verdict.
+#include "rules.h"
+
+namespace hangtrace {
+
+namespace {
+
+using Rule = std::vector<Finding> (*)(const rules::RuleContext&);
+
+// The host rules, in the order their findings are made: findings of equal
+// severity, confidence and priority are reported in this order.
+constexpr Rule kHostRules[] = {
+    rules::terminal_findings,        // orphaned-lock, dead-peer
+    rules::deadlock_cycle_findings,  // deadlock-cycle
+    rules::network_wait_findings,    // network-wait
+    rules::shm_exhausted_findings,   // shm-exhausted
+    rules::process_killed_findings,  // process-killed (live)
+    rules::memory_growth_findings,   // memory-growth (live)
+};
+
+// The rules that pair the GPU side with the host: they point into the host
+// findings, and see those, not each other's.
+constexpr Rule kDeviceRules[] = {
+    rules::collective_wait_findings,  // collective-wait
+    rules::gpu_findings,              // gpu-wait, gpu-starved
+};
+
+void append(std::vector<Finding>& to, std::vector<Finding> from) {
+  for (auto& f : from) to.push_back(std::move(f));
+}
+
+}  // namespace
+
+Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options, const LiveObservation* live) {
+  Diagnosis d;
+  d.graph = build_wait_graph(snapshot);
+  rules::RuleContext ctx{snapshot, options, live, d.graph, rules::find_knot(d.graph), {}};
+  d.deadlocked_tids.assign(ctx.knot.strict.begin(), ctx.knot.strict.end());
+  for (int t : ctx.knot.lenient)
+    if (!ctx.knot.strict.count(t)) d.probably_deadlocked_tids.push_back(t);
+
+  for (Rule rule : kHostRules) append(ctx.findings, rule(ctx));
+  std::vector<Finding> device;
+  for (Rule rule : kDeviceRules) append(device, rule(ctx));
+  append(ctx.findings, std::move(device));
+
+  d.findings = std::move(ctx.findings);
+  rules::order_findings(d.findings);
+  if (live) rules::add_live_evidence(ctx, d.findings);
+  d.verdict = rules::verdict_for(snapshot, d.graph, d.findings);
+  if (d.verdict.status == "hang" || d.verdict.status == "suspect")
+    d.progress_stopped = rules::progress_stopped(ctx, d.findings.front());
+  return d;
+}
+
+int exit_status_for(const Diagnosis& d) {
+  for (const auto& f : d.findings)
+    if (f.severity == Severity::Critical) return 2;
+  return 0;
+}
+
+}  // namespace hangtrace

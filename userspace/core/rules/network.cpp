@@ -1,0 +1,113 @@
+// network-wait: a thread of the job blocked on a TCP/UDP socket for a long
+// time, who holds the other end, and what the live window saw of the
+// connection (retransmits, failed connects).
+#include <netinet/tcp.h>
+
+#include <fmt/format.h>
+
+#include "hangtrace/abi.h"
+#include "hangtrace/text.h"
+#include "rules.h"
+
+namespace hangtrace::rules {
+
+namespace {
+
+// A connected socket: its remote end has a port (an unconnected UDP socket
+// shows "0.0.0.0:0").
+bool has_remote(const WaitObject& o) {
+  return !o.remote.empty() && o.remote.find(":0") != o.remote.size() - 2;
+}
+
+// What the live window saw between `pid` and `remote`: retransmits (any of
+// its sockets to that address: a retry loop opens a new one each time) and
+// connects that failed (SYN_SENT -> CLOSE).
+void add_tcp_evidence(const LiveObservation& live, Finding& f, int pid, const std::string& remote) {
+  size_t retransmits = 0, failed = 0;
+  int state = 0;
+  for (const auto& e : live.tcp) {
+    if (e.tgid != pid || e.remote != remote) continue;
+    if (e.type == HT_EV_TCP_RETRANSMIT) {
+      ++retransmits;
+      state = e.new_state;
+    } else if (e.type == HT_EV_TCP_STATE && e.old_state == TCP_SYN_SENT && e.new_state == TCP_CLOSE) {
+      ++failed;
+    }
+  }
+  if (retransmits) {
+    const char* why = state == TCP_SYN_SENT      ? ": the SYN is never answered"
+                      : state == TCP_ESTABLISHED ? ": sent data is never acknowledged"
+                                                 : "";
+    f.evidence.push_back(fmt::format("live: {} TCP retransmit{} to {} in the {:.1f} s window (last in {}{})",
+                                     retransmits, retransmits == 1 ? "" : "s", remote, live.duration_s,
+                                     tcp_state_name(state), why));
+  }
+  if (failed)
+    f.evidence.push_back(
+        fmt::format("live: {} connect{} to {} failed (SYN_SENT -> CLOSE) in the {:.1f} s window", failed,
+                    failed == 1 ? "" : "s", remote, live.duration_s));
+}
+
+Finding network_wait(const RuleContext& ctx, const ThreadWait& w, const WaitObject& o) {
+  const int tid = w.tid;
+  Finding f(FindingKind::NetworkWait);
+  f.confidence = Confidence::Certain;
+  add_unique(f.tids, tid);
+  add_unique(f.pids, w.pid);
+  bool main_waits = ctx.reachable_from_main(tid);
+  f.severity = main_waits && w.blocked_s ? Severity::Critical : Severity::Warning;
+  std::vector<int> peer_pids;
+  for (int pid : o.holder_pids) add_unique(peer_pids, pid);
+  f.details["local"] = o.local;
+  f.details["remote"] = o.remote;
+  f.details["peer_pids"] = peer_pids;
+  f.details["blocked_s"] = w.blocked_s ? nlohmann::json(*w.blocked_s) : nlohmann::json(nullptr);
+  f.details["remote_on_this_host"] = !o.external;
+  std::string peer_text;
+  if (!peer_pids.empty()) {
+    std::vector<std::string> parts;
+    for (int pid : peer_pids) {
+      const ThreadWait* pw = ctx.wait_of(pid);
+      parts.push_back(fmt::format("{}{}", ctx.thread_label(pid), pw ? ", which " + pw->summary : ""));
+    }
+    peer_text = fmt::format("; the other end is held by {}", fmt::join(parts, "; "));
+  } else if (o.external) {
+    peer_text = "; the other end is not on this host";
+  }
+  f.summary = fmt::format("{} has been waiting on the network {} ({} -> {}){}", ctx.thread_label(tid),
+                          for_duration(w.blocked_s), o.local, o.remote, peer_text);
+  ctx.add_thread_evidence(f, tid);
+  for (int pid : peer_pids) ctx.add_thread_evidence(f, pid);
+  for (const auto& n : o.notes) f.evidence.push_back(n);
+  if (ctx.live) add_tcp_evidence(*ctx.live, f, w.pid, o.remote);
+  if (main_waits) ctx.add_main_chain(f, tid, o.id);
+  f.advice = {
+      "Give network calls a timeout (socket.settimeout, requests.get(..., timeout=...), "
+      "socket.setdefaulttimeout) so a silent server fails the step instead of hanging it.",
+      "Download datasets and weights before training starts (and cache them); check proxy and "
+      "firewall settings on this node.",
+      "For torch.distributed/gloo: pass timeout= to init_process_group and set "
+      "TORCH_DISTRIBUTED_DEBUG=DETAIL (NCCL_DEBUG=INFO for NCCL) to see which rank is missing.",
+  };
+  return f;
+}
+
+}  // namespace
+
+std::vector<Finding> network_wait_findings(const RuleContext& ctx) {
+  std::vector<Finding> out;
+  for (const auto& [tid, w] : ctx.graph.threads) {
+    if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) continue;
+    if (!ctx.in_tree(tid)) continue;
+    for (const auto& id : w.objects) {
+      const WaitObject& o = ctx.object(id);
+      if (o.kind != ObjectKind::TcpSocket && o.kind != ObjectKind::UdpSocket) continue;
+      if (o.ready || !has_remote(o)) continue;
+      if (w.blocked_s && *w.blocked_s < ctx.opt.stall_after_s) continue;
+      out.push_back(network_wait(ctx, w, o));
+    }
+  }
+  return out;
+}
+
+}  // namespace hangtrace::rules

@@ -1,0 +1,48 @@
+// The rule families: each file under userspace/core/rules/ makes the
+// findings of a few kinds (finding_kinds.h) from one RuleContext (context.h).
+// diagnose.cpp runs them in the order listed there and orders the result
+// (verdict.cpp). Internal to hangtrace_core.
+//
+// A new kind: its X(...) line in finding_kinds.h, one function here, in the
+// file of its family (or a new family file), and its line in the rule list
+// of diagnose.cpp.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "context.h"
+
+namespace hangtrace::rules {
+
+// deadlock.cpp: which threads can never move on, and deadlock-cycle.
+Knot find_knot(const WaitGraph& graph);
+std::vector<Finding> deadlock_cycle_findings(const RuleContext& ctx);
+
+// terminal.cpp: waits nothing alive can end: orphaned-lock, dead-peer.
+std::vector<Finding> terminal_findings(const RuleContext& ctx);
+
+// network.cpp: network-wait, with what the live window saw of the connection.
+std::vector<Finding> network_wait_findings(const RuleContext& ctx);
+
+// resources.cpp: shm-exhausted; process-killed and memory-growth (live only).
+std::vector<Finding> shm_exhausted_findings(const RuleContext& ctx);
+std::vector<Finding> process_killed_findings(const RuleContext& ctx);
+std::vector<Finding> memory_growth_findings(const RuleContext& ctx);
+
+// collective.cpp: collective-wait. gpu.cpp: gpu-wait, gpu-starved. Both
+// point into the host findings already in `ctx.findings`.
+std::vector<Finding> collective_wait_findings(const RuleContext& ctx);
+std::vector<Finding> gpu_findings(const RuleContext& ctx);
+
+// progress.cpp, on the ordered findings: what the live window saw of the
+// stuck threads of the first finding about waits, and when the job stopped
+// making progress (the top finding's threads and the main thread's chain).
+void add_live_evidence(const RuleContext& ctx, std::vector<Finding>& findings);
+std::optional<ProgressStop> progress_stopped(const RuleContext& ctx, const Finding& top);
+
+// verdict.cpp: findings in report order with their ids, and the verdict.
+void order_findings(std::vector<Finding>& findings);
+Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings);
+
+}  // namespace hangtrace::rules

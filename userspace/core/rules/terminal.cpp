@@ -1,0 +1,189 @@
+// Waits nothing alive can end: orphaned-lock (a futex) and dead-peer (a pipe,
+// socket or child whose other end is gone, or held only by the waiter).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "rules.h"
+
+namespace hangtrace::rules {
+
+namespace {
+
+// Objects that make one finding, by a key whose text also orders the
+// findings: an object's id, or for a private lock its address and owner, so
+// that the fork()ed copies of one lock (one per worker) make one finding.
+using Groups = std::map<std::string, std::vector<std::string>>;
+
+bool is_private_futex(const WaitObject& o) {
+  return o.kind == ObjectKind::Futex && o.futex && !o.futex->shared;
+}
+
+std::string private_lock_key(const WaitObject& o) {
+  return fmt::format("futex-private:{:#x}:{}", o.futex->address,
+                     o.owner_tid ? std::to_string(*o.owner_tid) : "-");
+}
+
+// Objects whose waiters (some of them in the job) are all stuck and that no
+// thread can release, or only the waiters' own process (a pipe end it never
+// closed).
+void add_unreleasable_objects(const RuleContext& ctx, Groups& groups) {
+  for (const auto& [id, o] : ctx.graph.objects) {
+    if (o.ready || o.external) continue;
+    bool waiters_stuck = !o.waiters.empty();
+    bool job_waits = false;
+    for (int t : o.waiters) {
+      waiters_stuck = waiters_stuck && ctx.knot.lenient.count(t);
+      job_waits = job_waits || ctx.in_tree(t);
+    }
+    if (!job_waits || !waiters_stuck) continue;
+    // A thread waiting on a mutex it owns itself is a cycle of one (deadlock.cpp).
+    if (o.owner_tid && std::count(o.waiters.begin(), o.waiters.end(), *o.owner_tid)) continue;
+    bool no_releaser = o.releasers.empty();
+    bool self_only = o.only_self_holders && o.kind != ObjectKind::Futex;
+    if (!no_releaser && !self_only) continue;
+    groups[is_private_futex(o) ? private_lock_key(o) : id].push_back(id);
+  }
+}
+
+// A process whose threads only wait on each other (every thread that could
+// unlock its main thread's lock is itself stuck inside the process): the
+// main thread's lock is the probable root.
+void add_locks_of_closed_processes(const RuleContext& ctx, Groups& groups) {
+  for (const auto& comp : ctx.knot.sccs) {
+    std::set<int> pids;
+    for (int t : comp) pids.insert(ctx.pid_of(t));
+    if (pids.size() != 1 || comp.size() < 2) continue;
+    bool sink = true;
+    for (int t : comp)
+      for (int r : ctx.graph.depends_on(t)) sink = sink && std::count(comp.begin(), comp.end(), r);
+    int pid = *pids.begin();
+    if (!sink || !std::count(comp.begin(), comp.end(), pid)) continue;
+    for (const auto& id : ctx.wait_of(pid)->objects) {
+      const WaitObject& o = ctx.object(id);
+      if (!is_private_futex(o) || o.owner_tid) continue;
+      groups[private_lock_key(o)].push_back(id);
+    }
+  }
+}
+
+void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject& lock,
+                            const std::vector<int>& waiters, const std::string& who) {
+  std::string reason;
+  if (lock.owner_tid) {
+    auto it = ctx.graph.tid_to_pid.find(*lock.owner_tid);
+    bool foreign_owner = it != ctx.graph.tid_to_pid.end() && it->second != ctx.pid_of(waiters[0]);
+    reason = foreign_owner ? fmt::format(
+                                 "the lock's owner TID {} is a thread of process {}, not of the waiter: "
+                                 "the lock was copied in its locked state by fork()",
+                                 *lock.owner_tid, it->second)
+                           : fmt::format("the lock's owner TID {} is not alive", *lock.owner_tid);
+  } else if (is_private_futex(lock)) {
+    const ProcessInfo* p = ctx.snap.process(ctx.pid_of(waiters[0]));
+    size_t n = p ? p->threads.size() : 0;
+    reason = n <= 1 ? "the waiting process has a single thread and the lock is private to it: "
+                      "nobody can ever unlock it (a lock inherited across fork in its locked state)"
+                    : "every other thread that could unlock it is itself stuck";
+  } else {
+    reason = "every process that maps this lock is stuck";
+  }
+  f.details["reason"] = reason;
+  f.details["owner_tid"] = lock.owner_tid ? nlohmann::json(*lock.owner_tid) : nlohmann::json(nullptr);
+  f.details["lock"] = lock.label;
+  f.summary = fmt::format("{} wait{} forever on {} that no live thread can release: {}", who,
+                          waiters.size() == 1 ? "s" : "", lock.label, reason);
+  f.advice = {
+      "A lock was held (by another thread) at the moment the process forked; the child got a copy "
+      "that is locked forever. Start DataLoader workers with multiprocessing_context='spawn' (or "
+      "'forkserver'), or torch.multiprocessing.set_start_method('spawn').",
+      "Or make sure no thread holds a lock when workers are forked: create the DataLoader iterator "
+      "(and persistent_workers) before starting background threads, and don't take locks in "
+      "Dataset.__getitem__ that the main process also uses.",
+  };
+}
+
+void describe_dead_peer(const RuleContext& ctx, Finding& f, const WaitObject& object,
+                        const std::string& who) {
+  std::string reason;
+  if (object.kind == ObjectKind::Child)
+    reason = "no child that could end this wait is alive";
+  else if (object.only_self_holders)
+    reason =
+        "the other end is held only by the waiting process itself (an unused copy of the "
+        "other end was never closed), and nothing in it will write";
+  else
+    reason = "no live process holds the other end";
+  f.summary = fmt::format("{} waits on {} but {}", who, object.label, reason);
+  f.details["object"] = object.name;
+  f.details["reason"] = reason;
+  for (int pid : f.pids) {
+    const ProcessInfo* p = ctx.snap.process(pid);
+    if (!p) continue;
+    for (int c : p->children) {
+      const ProcessInfo* cp = ctx.snap.process(c);
+      if (cp && (cp->state == 'Z' || cp->state == 'X'))
+        f.evidence.push_back(
+            fmt::format("child {} ({}) has exited and was not reaped (zombie){}", c, cp->comm,
+                        cp->exit_signal ? fmt::format(", exit code {}", *cp->exit_signal) : ""));
+    }
+  }
+  f.advice = {
+      "Close the unused end of every pipe/socketpair right after fork (the reader never sees EOF "
+      "while any process, itself included, holds the write end).",
+      "Find out why the peer went away (exit status, OOM kill: dmesg / journalctl -k), and give "
+      "blocking reads a timeout (DataLoader(timeout=...), socket.settimeout).",
+  };
+}
+
+}  // namespace
+
+std::vector<Finding> terminal_findings(const RuleContext& ctx) {
+  Groups groups;
+  add_unreleasable_objects(ctx, groups);
+  add_locks_of_closed_processes(ctx, groups);
+  for (auto& [key, ids] : groups) {
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  }
+  std::vector<Finding> out;
+  for (const auto& [key, ids] : groups) {
+    const WaitObject& first = ctx.object(ids.front());
+    Finding f(first.kind == ObjectKind::Futex ? FindingKind::OrphanedLock : FindingKind::DeadPeer);
+    std::vector<int> waiters;
+    for (const auto& id : ids)
+      for (int t : ctx.object(id).waiters) add_unique(waiters, t);
+    std::sort(waiters.begin(), waiters.end());
+    for (int t : waiters) {
+      add_unique(f.tids, t);
+      add_unique(f.pids, ctx.pid_of(t));
+    }
+    // Certain when every thread that could release it is itself in a wait
+    // with no timeout inside the same closed set (strict knot).
+    std::vector<int> involved = waiters;
+    for (const auto& id : ids)
+      for (int r : ctx.object(id).releasers) add_unique(involved, r);
+    f.confidence = ctx.confidence_for(involved);
+    std::string who = waiters.size() == 1 ? ctx.thread_label(waiters[0])
+                                          : fmt::format("{} threads ({})", waiters.size(),
+                                                        ctx.thread_label(waiters[0]) + ", ...");
+    if (f.kind == FindingKind::OrphanedLock)
+      describe_orphaned_lock(ctx, f, first, waiters, who);
+    else
+      describe_dead_peer(ctx, f, first, who);
+    for (const auto& n : first.notes) f.evidence.push_back(n);
+    for (int t : waiters) ctx.add_thread_evidence(f, t);
+    std::string cause_object = ids.front();
+    for (const auto& id : ids) {
+      const auto& ws = ctx.object(id).waiters;
+      if (std::count(ws.begin(), ws.end(), waiters.front())) cause_object = id;
+    }
+    ctx.add_main_chain(f, waiters.front(), cause_object);
+    if (!f.chain.empty() || ctx.reachable_from_main(waiters.front()))
+      f.priority -= kMainThreadWaitsPriorityBoost;
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace hangtrace::rules

@@ -1,0 +1,49 @@
+// The findings in report order, and the verdict the first one gives.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "rules.h"
+
+namespace hangtrace::rules {
+
+void order_findings(std::vector<Finding>& findings) {
+  std::stable_sort(findings.begin(), findings.end(), [](const Finding& a, const Finding& b) {
+    if (a.severity != b.severity) return a.severity > b.severity;
+    if (a.confidence != b.confidence) return a.confidence > b.confidence;
+    return a.priority < b.priority;
+  });
+  for (size_t i = 0; i < findings.size(); ++i) findings[i].id = fmt::format("F{}", i + 1);
+}
+
+Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings) {
+  Verdict v;
+  if (findings.empty()) {
+    size_t blocked = 0, timed = 0;
+    for (const auto& [tid, w] : graph.threads) {
+      if (w.activity == Activity::Blocked) ++blocked;
+      if (w.activity == Activity::TimedWait) ++timed;
+    }
+    v.status = "ok";
+    v.summary = fmt::format(
+        "no hang found: {} threads in {} processes, {} blocked without timeout, {} in timed waits, none "
+        "stuck in a wait that can never end",
+        graph.threads.size(), snap.processes.size(), blocked, timed);
+    return v;
+  }
+  const Finding& top = findings.front();
+  if (top.severity != Severity::Critical) {
+    v.status = "suspect";
+    v.summary = fmt::format("no hang proven, but: {}", top.summary);
+  } else if (top.kind == FindingKind::ProcessKilled) {
+    v.status = "killed";
+    v.summary = fmt::format("KILLED ({}): {}", confidence_name(top.confidence), top.summary);
+  } else {
+    v.status = "hang";
+    v.summary = fmt::format("HANG ({}, {}): {}", finding_kind_name(top.kind), confidence_name(top.confidence),
+                            top.summary);
+  }
+  return v;
+}
+
+}  // namespace hangtrace::rules
