@@ -240,14 +240,12 @@ TEST(CliLive, SigkillMidTraceLeavesNothingAttached) {
 // the child's write() into the pipe the parent reads.
 TEST(CliLive, FoldedWaitsCarryTheirWakersStacks) {
   HANGTRACE_REQUIRE_BPF();
-  char tmpl[] = "/tmp/hangtrace-folded-test.XXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::string folded = dir + "/waits.folded";
+  TempDir dir{"hangtrace-folded-test"};
+  std::string folded = dir.file("waits.folded");
   auto r = run_command({hangtrace_path(), "--json", "-", "--folded", folded, "--",
                         repro_path("repro_live_slow_pipe"), "6", "30"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   std::string text = read_text_file(folded);
-  std::filesystem::remove_all(dir);
   ASSERT_FALSE(text.empty()) << r.err;
   int read_waits_with_waker = 0;
   std::istringstream lines(text);

@@ -283,16 +283,4 @@ std::string read_text_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-ScratchDir::ScratchDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
-  if (mkdtemp(tmpl.data())) dir = tmpl;
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-}
-
-std::string ScratchDir::path(const std::string& name) const { return dir + "/" + name; }
-
 }  // namespace hangtrace::testing

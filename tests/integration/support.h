@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "temp_dir.h"  // TempDir
+
 namespace hangtrace::testing {
 
 // "" when root + BTF are present, else the reason to skip.
@@ -104,16 +106,6 @@ std::vector<int> finding_pids(const nlohmann::json& finding);
 
 // The first finding of `kind` in a report, nullptr when none.
 const nlohmann::json* find_finding(const nlohmann::json& report, const std::string& kind);
-
-// A fresh directory under /tmp for one test, removed with all it holds.
-struct ScratchDir {
-  explicit ScratchDir(const std::string& prefix = "hangtrace-test");
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string path(const std::string& name) const;
-  std::string dir;
-};
 
 // A whole file as text ("" when it cannot be read).
 std::string read_text_file(const std::string& path);
