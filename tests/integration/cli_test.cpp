@@ -164,7 +164,8 @@ TEST(Cli, OutputsNeverReplaceDevicesOrFollowForeignLinks) {
                       << R"({"tid": 4242, "comm": "train", "state": "S"}]}]})";
   std::string null_copy = dir.file("null");
   ASSERT_EQ(mknod(null_copy.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
-  auto r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", null_copy, "--trace", null_copy});
+  auto r =
+      run_command({hangtrace_path(), "--from-snapshot", snap, "--json", null_copy, "--trace", null_copy});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   struct stat st {};
   ASSERT_EQ(lstat(null_copy.c_str(), &st), 0);

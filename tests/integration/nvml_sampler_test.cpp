@@ -68,9 +68,7 @@ class NvmlSamplerTest : public ::testing::Test {
     setenv("HT_STUB_NVML_SCRIPT", script_.c_str(), 1);
     unsetenv("HANGTRACE_NVML_LIBRARY");
   }
-  void TearDown() override {
-    unsetenv("HT_STUB_NVML_SCRIPT");
-  }
+  void TearDown() override { unsetenv("HT_STUB_NVML_SCRIPT"); }
 
   // Replaced atomically: a sampler reading it concurrently sees the old or the new script, never half.
   void write_script(const std::string& text) {

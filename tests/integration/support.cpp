@@ -165,6 +165,22 @@ std::vector<int> parse_ready_pids(const std::string& line) {
   return pids;
 }
 
+std::map<std::string, std::string> line_fields(const std::string& line) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    auto eq = word.find('=');
+    if (eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return out;
+}
+
+int field_int(const std::map<std::string, std::string>& fields, const std::string& key) {
+  auto it = fields.find(key);
+  return it == fields.end() ? -1 : static_cast<int>(std::stoll(it->second, nullptr, 0));
+}
+
 static std::string read_small_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

@@ -15,12 +15,10 @@
 #include "hangtrace/kallsyms.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::Workload;
 
 constexpr uint32_t kTaskInterruptible = 0x1;
 constexpr int64_t kSysRead = 0;     // x86_64
@@ -192,4 +190,4 @@ TEST(TaskIter, UnavailableReasonIsEmptyWithRootAndBtf) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing
