@@ -16,8 +16,6 @@
 
 #include <fmt/format.h>
 
-#include "temp_dir.h"
-
 using namespace hangtrace;
 using namespace hangtrace::doctor;
 namespace fs = std::filesystem;
@@ -71,6 +69,8 @@ struct FakeProcess {
 class FakeHost {
  public:
   FakeHost() {
+    char tmpl[] = "/tmp/hangtrace-doctor-test.XXXXXX";
+    root_ = mkdtemp(tmpl);
     proc_ = root_ + "/proc";
     sys_ = root_ + "/sys";
     write(proc_ + "/self/limits", limits_text("1024", "524288", "8388608"));
@@ -78,6 +78,8 @@ class FakeHost {
     write(proc_ + "/sys/kernel/osrelease", "6.1.0-18-amd64\n");
     write(sys_ + "/kernel/btf/vmlinux", std::string(4096, 'b'));
   }
+  ~FakeHost() { fs::remove_all(root_); }
+
   void write(const std::string& path, const std::string& text) {
     fs::create_directories(fs::path(path).parent_path());
     std::ofstream(path, std::ios::binary) << text;
@@ -126,8 +128,7 @@ class FakeHost {
   mutable std::string measured_path_;
 
  private:
-  hangtrace::testing::TempDir dir_{"hangtrace-doctor-test"};
-  std::string root_ = dir_.path.string(), proc_, sys_;
+  std::string root_, proc_, sys_;
 };
 
 // A DataLoader job: main pid 100 with `workers` forked children (101, ...),
