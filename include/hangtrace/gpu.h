@@ -17,7 +17,6 @@ namespace hangtrace {
 
 // enum ht_gpu_fn (abi.h) by name: "cuStreamSynchronize", "ncclAllReduce".
 const char* gpu_fn_name(uint32_t fn);
-bool gpu_fn_is_launch(uint32_t fn);
 // The host thread waits for the device until it returns (synchronize calls, synchronous copies).
 bool gpu_fn_is_host_wait(uint32_t fn);
 bool gpu_fn_is_nccl(uint32_t fn);

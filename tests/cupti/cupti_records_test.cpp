@@ -15,6 +15,7 @@
 
 #include "cupti_feeder.h"
 #include "records.h"
+#include "temp_dir.h"
 
 extern char** environ;
 
@@ -258,9 +259,8 @@ std::string slurp(const std::string& path) {
 
 // Runs argv with stdout and stderr in files (the feeder writes little).
 Finished run(const std::vector<std::string>& argv) {
-  char dir_template[] = "/tmp/hangtrace-cupti-test.XXXXXX";
-  std::string dir = mkdtemp(dir_template);
-  std::string out = dir + "/out", err = dir + "/err";
+  hangtrace::testing::TempDir dir{"hangtrace-cupti-test"};
+  std::string out = dir.file("out"), err = dir.file("err");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -275,9 +275,6 @@ Finished run(const std::vector<std::string>& argv) {
   posix_spawn_file_actions_destroy(&actions);
   f.out = slurp(out);
   f.err = slurp(err);
-  unlink(out.c_str());
-  unlink(err.c_str());
-  rmdir(dir.c_str());
   return f;
 }
 

@@ -20,17 +20,17 @@ namespace {
 
 // A FIFO the stub's cuCtxSynchronize reads from: opened read-write by the
 // job itself, it never sees end-of-file, so the synchronize never returns.
-struct Scratch : ScratchDir {
-  Scratch() : ScratchDir("hangtrace-cli-gpu") { mkfifo(path("sync").c_str(), 0600); }
+struct Scratch : TempDir {
+  Scratch() : TempDir("hangtrace-cli-gpu") { mkfifo(file("sync").c_str(), 0600); }
 };
 
 // The job, its output in job.out. `wait_for_uprobes`: its calls wait until
 // the tracer's uprobes are in (launch mode finds the libraries when it next
 // reads the job's mappings, up to 500 ms after the dlopen).
 std::string job_command(const Scratch& s, bool wait_for_uprobes, const std::string& env = "") {
-  return "exec 7<>" + s.path("sync") + "; HT_STUB_CUDA_SYNC_FD=7 " +
+  return "exec 7<>" + s.file("sync") + "; HT_STUB_CUDA_SYNC_FD=7 " +
          (wait_for_uprobes ? "HT_WAIT_FOR_UPROBES=1 " : "") + env + "exec " + repro_path("repro_gpu_calls") +
-         " " + HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY + " >" + s.path("job.out") + " 2>&1";
+         " " + HT_STUB_CUDA_LIBRARY + " " + HT_STUB_NCCL_LIBRARY + " >" + s.file("job.out") + " 2>&1";
 }
 
 // Launch mode: the uprobes see the synchronize begin; --hang-after ends the
@@ -38,7 +38,7 @@ std::string job_command(const Scratch& s, bool wait_for_uprobes, const std::stri
 TEST(CliGpu, LaunchedJobStuckInSynchronizeIsAGpuWait) {
   HANGTRACE_REQUIRE_BPF();
   Scratch s;
-  std::string report = s.path("report.json");
+  std::string report = s.file("report.json");
   CommandResult r = run_command({"sh", "-c",
                                  "echo go | " + hangtrace_path() + " --hang-after 6 --json " + report +
                                      " -- sh -c '" + job_command(s, true) + "'"},
@@ -78,7 +78,7 @@ TEST(CliGpu, LaunchedJobStuckInSynchronizeIsAGpuWait) {
 TEST(CliGpu, IdleGpuWhoseFeederWaitsOnTheHostIsStarved) {
   HANGTRACE_REQUIRE_BPF();
   Scratch s;
-  std::string report = s.path("report.json"), nvml_script = s.path("nvml.txt");
+  std::string report = s.file("report.json"), nvml_script = s.file("nvml.txt");
   std::ofstream(nvml_script) << "devices 1\nname 0 NVIDIA H200\nutil 0 0 0\npower 0 71000\n"
                                 "memory 0 75161927680 150323855360\n";
   CommandResult r = run_command(
@@ -109,7 +109,7 @@ TEST(CliGpu, IdleGpuWhoseFeederWaitsOnTheHostIsStarved) {
 TEST(CliGpu, AttachedAfterTheSynchronizeBeganFindsItInTheStack) {
   HANGTRACE_REQUIRE_BPF();
   Scratch s;
-  std::string out = s.path("job.out");
+  std::string out = s.file("job.out");
   CommandResult start =
       run_command({"sh", "-c", "(echo go | sh -c '" + job_command(s, false) + "' &) ; echo started"});
   ASSERT_EQ(start.exit_code, 0);

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "support.h"
@@ -82,34 +84,49 @@ TEST(CliLive, HangAfterReportsTheDeadlockAndLeavesTheJobRunning) {
   EXPECT_TRUE(j["live"].is_object());
 }
 
+// Forks hangtrace with `args` (after argv[0]), its stderr on `out` -- and its
+// stdout too with `stdout_too`, else /dev/null.
+pid_t spawn_hangtrace(const std::vector<std::string>& args, int out, bool stdout_too) {
+  const std::string path = hangtrace_path();
+  std::vector<char*> argv{const_cast<char*>("hangtrace")};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t child = fork();
+  if (child == 0) {
+    dup2(out, STDERR_FILENO);
+    dup2(stdout_too ? out : open("/dev/null", O_WRONLY), STDOUT_FILENO);
+    execv(path.c_str(), argv.data());
+    _exit(127);
+  }
+  return child;
+}
+
+// What `fd` gives until `needle` is in it, it ends, or `timeout` passes.
+std::string read_until(int fd, const std::string& needle, std::chrono::seconds timeout) {
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (text.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
+}
+
 TEST(CliLive, DurationOnARunningJobAndCtrlCEndsEarly) {
   HANGTRACE_REQUIRE_BPF();
   Workload job({repro_path("repro_sleeper")});
   ASSERT_FALSE(job.wait_for_line("READY").empty());
   int out[2];
   ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  pid_t tracer = fork();
-  if (tracer == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    dup2(out[1], STDERR_FILENO);
-    std::string pid = std::to_string(job.pid());
-    execl(hangtrace_path().c_str(), "hangtrace", "--pid", pid.c_str(), "--duration", "60", "--json", "-",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  pid_t tracer =
+      spawn_hangtrace({"--pid", std::to_string(job.pid()), "--duration", "60", "--json", "-"}, out[1], true);
   close(out[1]);
   // Wait for the "tracing ..." line: the window has begun.
-  std::string text;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (text.find("hangtrace: tracing") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    pollfd p{out[0], POLLIN, 0};
-    if (poll(&p, 1, 1000) <= 0) continue;
-    char buf[4096];
-    ssize_t n = read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
+  std::string text = read_until(out[0], "hangtrace: tracing", std::chrono::seconds(30));
   ASSERT_NE(text.find("hangtrace: tracing"), std::string::npos) << text;
   auto interrupted_at = std::chrono::steady_clock::now();
   kill(tracer, SIGINT);
@@ -194,26 +211,11 @@ TEST(CliLive, SigkillMidTraceLeavesNothingAttached) {
   ASSERT_FALSE(job.wait_for_line("READY").empty());
   int out[2];
   ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  pid_t tracer = fork();
-  if (tracer == 0) {
-    dup2(out[1], STDERR_FILENO);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, STDOUT_FILENO);
-    std::string pid = std::to_string(job.pid());
-    execl(hangtrace_path().c_str(), "hangtrace", "--pid", pid.c_str(), "--duration", "600",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  pid_t tracer = spawn_hangtrace({"--pid", std::to_string(job.pid()), "--duration", "600"}, out[1], false);
   close(out[1]);
-  std::string text;
-  while (text.find("hangtrace: tracing") == std::string::npos) {
-    pollfd p{out[0], POLLIN, 0};
-    ASSERT_GT(poll(&p, 1, 30000), 0) << "hangtrace never started tracing: " << text;
-    char buf[1024];
-    ssize_t n = read(out[0], buf, sizeof buf);
-    ASSERT_GT(n, 0) << text;
-    text.append(buf, static_cast<size_t>(n));
-  }
+  std::string text = read_until(out[0], "hangtrace: tracing", std::chrono::seconds(30));
+  ASSERT_NE(text.find("hangtrace: tracing"), std::string::npos)
+      << "hangtrace never started tracing: " << text;
   std::vector<int> progs = bpf_prog_ids_of(tracer);
   ASSERT_GE(progs.size(), 5u) << "hangtrace should hold its live programs";
   kill(tracer, SIGKILL);
@@ -240,14 +242,12 @@ TEST(CliLive, SigkillMidTraceLeavesNothingAttached) {
 // the child's write() into the pipe the parent reads.
 TEST(CliLive, FoldedWaitsCarryTheirWakersStacks) {
   HANGTRACE_REQUIRE_BPF();
-  char tmpl[] = "/tmp/hangtrace-folded-test.XXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::string folded = dir + "/waits.folded";
+  TempDir dir{"hangtrace-folded-test"};
+  std::string folded = dir.file("waits.folded");
   auto r = run_command({hangtrace_path(), "--json", "-", "--folded", folded, "--",
                         repro_path("repro_live_slow_pipe"), "6", "30"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   std::string text = read_text_file(folded);
-  std::filesystem::remove_all(dir);
   ASSERT_FALSE(text.empty()) << r.err;
   int read_waits_with_waker = 0;
   std::istringstream lines(text);

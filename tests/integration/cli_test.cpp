@@ -17,11 +17,6 @@ size_t count_lines(const std::string& s) {
   return n;
 }
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/hangtrace-cli-test.XXXXXX";
-  return mkdtemp(tmpl);
-}
-
 TEST(Cli, NotRootIsOneLine) {
   HANGTRACE_REQUIRE_BPF();
   Workload sleeper({repro_path("repro_sleeper")});
@@ -45,7 +40,8 @@ TEST(Cli, MissingTargetAndBadArguments) {
 }
 
 TEST(Cli, CorruptSnapshotFilesAreRejected) {
-  std::string dir = temp_dir();
+  TempDir tmp{"hangtrace-cli-test"};
+  const std::string dir = tmp.path.string();
   std::string truncated = dir + "/truncated.json";
   std::ofstream(truncated) << "{\"schema\": \"hangtrace.snapshot/1\", \"processes\": [";
   auto r = run_command({hangtrace_path(), "--from-snapshot", truncated});
@@ -62,7 +58,6 @@ TEST(Cli, CorruptSnapshotFilesAreRejected) {
   r = run_command({hangtrace_path(), "--from-snapshot", dir + "/missing.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("No such file"), std::string::npos) << r.err;
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // A live snapshot saved to disk and analysed later gives the same verdict;
@@ -73,7 +68,8 @@ TEST(Cli, SavedSnapshotReanalysesToTheSameVerdict) {
   Workload job({repro_path("repro_fork_locked_mutex")});
   std::string line = job.wait_for_line("READY");
   ASSERT_FALSE(line.empty());
-  std::string dir = temp_dir();
+  TempDir tmp{"hangtrace-cli-test"};
+  const std::string dir = tmp.path.string();
   std::string snap = dir + "/snap.json", report = dir + "/report.json";
   auto ready = parse_ready_pids(line);
   ASSERT_EQ(ready.size(), 3u) << line;  // parent, child, holder thread
@@ -98,7 +94,6 @@ TEST(Cli, SavedSnapshotReanalysesToTheSameVerdict) {
   EXPECT_NE(unwritable.err.find("failed to write"), std::string::npos) << unwritable.err;
   struct stat st {};
   EXPECT_NE(stat((dir + "/no").c_str(), &st), 0);
-  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(Cli, TargetThatExitsIsReportedNotCrashed) {
@@ -116,7 +111,8 @@ TEST(Cli, TargetThatExitsIsReportedNotCrashed) {
 // The postmortem exports (--folded, --flamegraph, --speedscope, --trace) are
 // written whole; an unwritable path is one line, exit 1, and no temp file.
 TEST(Cli, ExportsAreWrittenWholeOrNotAtAll) {
-  std::string dir = temp_dir();
+  TempDir tmp{"hangtrace-cli-test"};
+  const std::string dir = tmp.path.string();
   std::string snap = dir + "/snap.json";
   std::ofstream(snap) << R"({"schema": "hangtrace.snapshot/1", "target_pid": 4242, "processes": [)"
                       << R"({"pid": 4242, "comm": "train", "role": "target", "state": "S", "threads": [)"
@@ -154,7 +150,6 @@ TEST(Cli, ExportsAreWrittenWholeOrNotAtAll) {
   EXPECT_NE(bad.err.find("failed to write " + blocker), std::string::npos) << bad.err;
   auto ls = run_command({"ls", "-A", dir});
   EXPECT_EQ(ls.out.find(".tmp."), std::string::npos) << ls.out;
-  std::system(("rm -rf " + dir).c_str());
 }
 
 // As root, hangtrace writes where it is told without replacing what is not a
@@ -162,22 +157,23 @@ TEST(Cli, ExportsAreWrittenWholeOrNotAtAll) {
 // without following a link another user planted.
 TEST(Cli, OutputsNeverReplaceDevicesOrFollowForeignLinks) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root: mknod and lchown";
-  ScratchDir dir;
-  std::string snap = dir.path("snap.json");
+  TempDir dir;
+  std::string snap = dir.file("snap.json");
   std::ofstream(snap) << R"({"schema": "hangtrace.snapshot/1", "target_pid": 4242, "processes": [)"
                       << R"({"pid": 4242, "comm": "train", "role": "target", "state": "S", "threads": [)"
                       << R"({"tid": 4242, "comm": "train", "state": "S"}]}]})";
-  std::string null_copy = dir.path("null");
+  std::string null_copy = dir.file("null");
   ASSERT_EQ(mknod(null_copy.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
-  auto r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", null_copy, "--trace", null_copy});
+  auto r =
+      run_command({hangtrace_path(), "--from-snapshot", snap, "--json", null_copy, "--trace", null_copy});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   struct stat st {};
   ASSERT_EQ(lstat(null_copy.c_str(), &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device was replaced";
 
-  std::string victim = dir.path("victim");
+  std::string victim = dir.file("victim");
   std::ofstream(victim) << "precious";
-  std::string planted = dir.path("report.json");
+  std::string planted = dir.file("report.json");
   ASSERT_EQ(symlink(victim.c_str(), planted.c_str()), 0);
   ASSERT_EQ(lchown(planted.c_str(), 65534, 65534), 0);
   r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", planted});

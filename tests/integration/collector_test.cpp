@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -18,35 +20,15 @@
 #include "hangtrace/syscall_nr.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::wait_until_blocked;
-using ::hangtrace::testing::Workload;
 
 constexpr int64_t kSysRead = HT_NR_read;
 constexpr int64_t kSysPoll = HT_NR_poll;
 constexpr int64_t kSysRecvfrom = HT_NR_recvfrom;
 constexpr int64_t kSysFutex = HT_NR_futex;
-
-// "READY parent=12 child=34" -> {"parent": "12", "child": "34"}
-std::map<std::string, std::string> ready_fields(const std::string& line) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(line);
-  std::string word;
-  while (in >> word) {
-    auto eq = word.find('=');
-    if (eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
-  }
-  return out;
-}
-
-int field_int(const std::map<std::string, std::string>& fields, const std::string& key) {
-  auto it = fields.find(key);
-  return it == fields.end() ? -1 : std::stoi(it->second);
-}
 
 CollectOptions fast_options() {
   CollectOptions o;
@@ -99,7 +81,7 @@ TEST(Collector, KernelThreadIsRefused) {
 TEST(Collector, ForkedChildReadingAPipe) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_pipe")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   int parent = field_int(fields, "parent"), child = field_int(fields, "child");
   int read_fd = field_int(fields, "read_fd"), write_fd = field_int(fields, "write_fd");
   ASSERT_GT(child, 0) << "no READY line";
@@ -155,7 +137,7 @@ TEST(Collector, ForkedChildReadingAPipe) {
 TEST(Collector, FutexInSharedAnonymousMemory) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_futex")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   int child = field_int(fields, "child");
   ASSERT_GT(child, 0) << "no READY line";
   uint64_t uaddr = std::stoull(fields["uaddr"], nullptr, 16);
@@ -184,44 +166,64 @@ TEST(Collector, FutexInSharedAnonymousMemory) {
   EXPECT_TRUE(shared->shared());
 }
 
-TEST(Collector, UnixSocketpairPeers) {
-  HANGTRACE_REQUIRE_BPF();
-  Workload w({repro_path("repro_collector_socketpair")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+// repro_collector_socketpair, started by `argv` (the repro itself or a
+// launcher that execs it), snapshotted once its child blocks in recvfrom:
+// the two processes and their ends of the socket pair.
+struct SocketpairSnapshot {
+  std::unique_ptr<Workload> w;
+  std::optional<Snapshot> snap;
+  const ProcessInfo *p = nullptr, *c = nullptr;
+  const FdEntry *parent_end = nullptr, *child_end = nullptr;
+  const SocketInfo *a = nullptr, *b = nullptr;
+};
+
+void snapshot_socketpair(const std::vector<std::string>& argv, const std::string& no_ready,
+                         SocketpairSnapshot& out) {
+  out.w = std::make_unique<Workload>(argv);
+  Workload& w = *out.w;
+  auto fields = line_fields(w.wait_for_line("READY"));
   int child = field_int(fields, "child");
-  ASSERT_GT(child, 0) << "no READY line";
+  ASSERT_GT(child, 0) << no_ready;
   ASSERT_EQ(wait_until_blocked(child, 20s, {kSysRecvfrom}), "");
 
   auto snap = collect_snapshot(w.pid(), fast_options());
   ASSERT_TRUE(snap.ok()) << snap.error();
-  const ProcessInfo* p = snap->process(w.pid());
-  const ProcessInfo* c = snap->process(child);
-  ASSERT_TRUE(p && c);
-  const FdEntry* parent_end = fd_entry(*p, field_int(fields, "parent_fd"));
-  const FdEntry* child_end = fd_entry(*c, field_int(fields, "child_fd"));
-  ASSERT_TRUE(parent_end && child_end) << describe(*snap);
-  ASSERT_EQ(parent_end->kind, FdKind::Socket);
-  ASSERT_EQ(child_end->kind, FdKind::Socket);
-  const SocketInfo* a = snap->socket(parent_end->inode);
-  const SocketInfo* b = snap->socket(child_end->inode);
-  ASSERT_TRUE(a && b) << describe(*snap);
-  EXPECT_EQ(a->family, "unix");
-  EXPECT_EQ(a->state, "CONNECTED");
-  EXPECT_EQ(a->peer_inode, b->inode);
-  EXPECT_EQ(b->peer_inode, a->inode);
-  EXPECT_EQ(child_end->queued_bytes, 0);
-  EXPECT_EQ(child_end->ready_events & 1 /*POLLIN*/, 0);
+  out.snap = std::move(*snap);
+  out.p = out.snap->process(w.pid());
+  out.c = out.snap->process(child);
+  ASSERT_TRUE(out.p && out.c);
+  out.parent_end = fd_entry(*out.p, field_int(fields, "parent_fd"));
+  out.child_end = fd_entry(*out.c, field_int(fields, "child_fd"));
+  ASSERT_TRUE(out.parent_end && out.child_end) << describe(*out.snap);
+  out.a = out.snap->socket(out.parent_end->inode);
+  out.b = out.snap->socket(out.child_end->inode);
+  ASSERT_TRUE(out.a && out.b) << describe(*out.snap);
+}
+
+TEST(Collector, UnixSocketpairPeers) {
+  HANGTRACE_REQUIRE_BPF();
+  SocketpairSnapshot s;
+  ASSERT_NO_FATAL_FAILURE(
+      snapshot_socketpair({repro_path("repro_collector_socketpair")}, "no READY line", s));
+  ASSERT_EQ(s.parent_end->kind, FdKind::Socket);
+  ASSERT_EQ(s.child_end->kind, FdKind::Socket);
+  EXPECT_EQ(s.a->family, "unix");
+  EXPECT_EQ(s.a->state, "CONNECTED");
+  EXPECT_EQ(s.a->peer_inode, s.b->inode);
+  EXPECT_EQ(s.b->peer_inode, s.a->inode);
+  EXPECT_EQ(s.child_end->queued_bytes, 0);
+  EXPECT_EQ(s.child_end->ready_events & 1 /*POLLIN*/, 0);
 }
 
 TEST(Collector, TcpServerInAnotherProcessIsAPeer) {
   HANGTRACE_REQUIRE_BPF();
   Workload server({repro_path("repro_collector_tcp_server")});
-  auto server_fields = ready_fields(server.wait_for_line("READY"));
+  auto server_fields = line_fields(server.wait_for_line("READY"));
   int port = field_int(server_fields, "port");
   ASSERT_GT(port, 0) << "server did not start";
   Workload client({repro_path("repro_collector_tcp_client"), std::to_string(port)});
-  int client_fd = field_int(ready_fields(client.wait_for_line("READY")), "fd");
-  int server_fd = field_int(ready_fields(server.wait_for_line("ACCEPTED")), "fd");
+  int client_fd = field_int(line_fields(client.wait_for_line("READY")), "fd");
+  int server_fd = field_int(line_fields(server.wait_for_line("ACCEPTED")), "fd");
   ASSERT_GT(client_fd, 0);
   ASSERT_GT(server_fd, 0);
   ASSERT_EQ(wait_until_blocked(client.pid(), 20s, {kSysRecvfrom}), "");
@@ -260,7 +262,7 @@ TEST(Collector, TcpServerInAnotherProcessIsAPeer) {
 TEST(Collector, PollOnTwoFdsWithTimeout) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_poll")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   int pipe_fd = field_int(fields, "pipe_fd"), socket_fd = field_int(fields, "socket_fd");
   ASSERT_GT(pipe_fd, 0) << "no READY line";
   ASSERT_EQ(wait_until_blocked(w.pid(), 20s, {kSysPoll}), "");
@@ -312,7 +314,7 @@ TEST(Collector, LeavesNoDuplicatedFdsBehind) {
 TEST(Collector, ZombieChildIsKeptWithItsExitCode) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_zombie")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   int child = field_int(fields, "child");
   ASSERT_GT(child, 0) << "no READY line";
 
@@ -336,7 +338,7 @@ TEST(Collector, ZombieChildIsKeptWithItsExitCode) {
 TEST(Collector, TimedFutexSelectAndEpollWaits) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_waits")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   int pid = field_int(fields, "pid");
   ASSERT_EQ(pid, w.pid()) << "no READY line";
   ASSERT_EQ(wait_until_blocked(pid, 20s,
@@ -405,7 +407,7 @@ TEST(Collector, TimedFutexSelectAndEpollWaits) {
 TEST(Collector, DevShmSegments) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_shm")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   std::string name = fields["name"];
   ASSERT_FALSE(name.empty()) << "no READY line";
   struct Cleanup {
@@ -450,30 +452,17 @@ TEST(Collector, TargetInAnotherNetworkNamespace) {
   HANGTRACE_REQUIRE_BPF();
   if (access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs unshare(1)";
   // unshare execs the repro in place, so the pid is the same.
-  Workload w({"/usr/bin/unshare", "--net", repro_path("repro_collector_socketpair")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
-  int child = field_int(fields, "child");
-  ASSERT_GT(child, 0) << "no READY line (unshare --net failed?)";
-  ASSERT_EQ(wait_until_blocked(child, 20s, {kSysRecvfrom}), "");
-
-  auto snap = collect_snapshot(w.pid(), fast_options());
-  ASSERT_TRUE(snap.ok()) << snap.error();
-  const ProcessInfo* p = snap->process(w.pid());
-  const ProcessInfo* c = snap->process(child);
-  ASSERT_TRUE(p && c);
+  SocketpairSnapshot s;
+  ASSERT_NO_FATAL_FAILURE(
+      snapshot_socketpair({"/usr/bin/unshare", "--net", repro_path("repro_collector_socketpair")},
+                          "no READY line (unshare --net failed?)", s));
   struct stat own {};
   ASSERT_EQ(stat("/proc/self/ns/net", &own), 0);
-  EXPECT_NE(p->netns, static_cast<uint64_t>(own.st_ino)) << "the repro did not get its own netns";
-  const FdEntry* parent_end = fd_entry(*p, field_int(fields, "parent_fd"));
-  const FdEntry* child_end = fd_entry(*c, field_int(fields, "child_fd"));
-  ASSERT_TRUE(parent_end && child_end);
-  const SocketInfo* a = snap->socket(parent_end->inode);
-  const SocketInfo* b = snap->socket(child_end->inode);
-  ASSERT_TRUE(a && b) << describe(*snap);
-  EXPECT_EQ(a->netns, p->netns);
-  EXPECT_EQ(a->peer_inode, b->inode) << "sock_diag must run inside the target's netns";
-  EXPECT_EQ(b->peer_inode, a->inode);
-  for (const auto& l : snap->limitations) EXPECT_EQ(l.find("unix socket peers"), std::string::npos) << l;
+  EXPECT_NE(s.p->netns, static_cast<uint64_t>(own.st_ino)) << "the repro did not get its own netns";
+  EXPECT_EQ(s.a->netns, s.p->netns);
+  EXPECT_EQ(s.a->peer_inode, s.b->inode) << "sock_diag must run inside the target's netns";
+  EXPECT_EQ(s.b->peer_inode, s.a->inode);
+  for (const auto& l : s.snap->limitations) EXPECT_EQ(l.find("unix socket peers"), std::string::npos) << l;
 }
 
 TEST(Collector, TargetExitingDuringTheSnapshotIsAnError) {
@@ -491,7 +480,7 @@ TEST(Collector, TargetExitingDuringTheSnapshotIsAnError) {
 TEST(Collector, LeaderThreadExitedButProcessLives) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({repro_path("repro_collector_leader_exit")});
-  auto fields = ready_fields(w.wait_for_line("READY"));
+  auto fields = line_fields(w.wait_for_line("READY"));
   int reader = field_int(fields, "reader");
   ASSERT_GT(reader, 0) << "no READY line";
   // Until the leader is a zombie, this is just a process with two threads.
@@ -526,4 +515,4 @@ TEST(Collector, LeaderThreadExitedButProcessLives) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

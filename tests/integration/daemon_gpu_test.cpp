@@ -18,8 +18,8 @@
 namespace hangtrace::testing {
 namespace {
 
-struct Scratch : ScratchDir {
-  Scratch() : ScratchDir("hangtrace-daemon-gpu") { mkfifo(path("sync").c_str(), 0600); }
+struct Scratch : TempDir {
+  Scratch() : TempDir("hangtrace-daemon-gpu") { mkfifo(file("sync").c_str(), 0600); }
 };
 
 std::string fetch(const std::string& url) {
@@ -38,14 +38,14 @@ double metric_value(const std::string& text, const std::string& series) {
 TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   HANGTRACE_REQUIRE_BPF();
   Scratch s;
-  std::ofstream(s.path("nvml.txt")) << "devices 1\nname 0 NVIDIA H200\nutil 0 0 0\npower 0 71000\n"
+  std::ofstream(s.file("nvml.txt")) << "devices 1\nname 0 NVIDIA H200\nutil 0 0 0\npower 0 71000\n"
                                        "memory 0 75161927680 150323855360\n";
   Workload daemon({"sh", "-c",
                    "HANGTRACE_NVML_LIBRARY=" + std::string(HT_STUB_NVML_LIBRARY) +
-                       " HT_STUB_NVML_SCRIPT=" + s.path("nvml.txt") + " exec " + hangtrace_path() +
+                       " HT_STUB_NVML_SCRIPT=" + s.file("nvml.txt") + " exec " + hangtrace_path() +
                        " daemon --match repro_gpu_calls --hang-after 4 --check-every 0.5 --scan-every 0.2"
                        " --metrics 127.0.0.1:0 --bundle-dir " +
-                       s.path("bundles") + " 2>&1"});
+                       s.file("bundles") + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(ready, m, std::regex("http://([0-9.:]+)/metrics"))) << ready;
@@ -56,13 +56,13 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   // the stubs: uprobes sit on a file, and a tracer of an earlier test may
   // still be detaching its own from the build's stubs -- the job would take
   // those for the daemon's and launch before the daemon is attached.
-  std::filesystem::copy_file(HT_STUB_CUDA_LIBRARY, s.path("libcuda.so.1"));
-  std::filesystem::copy_file(HT_STUB_NCCL_LIBRARY, s.path("libnccl.so.2"));
+  std::filesystem::copy_file(HT_STUB_CUDA_LIBRARY, s.file("libcuda.so.1"));
+  std::filesystem::copy_file(HT_STUB_NCCL_LIBRARY, s.file("libnccl.so.2"));
   Workload job({"sh", "-c",
-                "exec 7<>" + s.path("sync") +
+                "exec 7<>" + s.file("sync") +
                     "; HT_STUB_CUDA_SYNC_FD=7 HT_WAIT_FOR_UPROBES=1 HT_STARVE_ON_FD=7 exec " +
-                    repro_path("repro_gpu_calls") + " " + s.path("libcuda.so.1") + " " +
-                    s.path("libnccl.so.2")});
+                    repro_path("repro_gpu_calls") + " " + s.file("libcuda.so.1") + " " +
+                    s.file("libnccl.so.2")});
   std::string tracking = daemon.wait_for_line("hangtrace daemon: tracking job " + std::to_string(job.pid()),
                                               std::chrono::seconds(30));
   ASSERT_FALSE(tracking.empty()) << "the daemon never picked the job up";

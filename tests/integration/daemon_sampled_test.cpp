@@ -41,12 +41,12 @@ size_t hot_links(int pid) {
 TEST(DaemonSampled, NoHotHookUntilAJobLooksStuckThenBundleAndDetach) {
   std::string why = missing_privileges();
   if (!why.empty()) GTEST_SKIP() << why;
-  ScratchDir bundles{"hangtrace-daemon-sampled"};
+  TempDir bundles{"hangtrace-daemon-sampled"};
   Workload daemon({"sh", "-c",
                    "exec " + hangtrace_path() +
                        " daemon --match repro_sampled_job --hang-after 8 --suspect-after 3 --check-every 0.5 "
                        "--sample-every 0.2 --scan-every 0.2 --metrics '' --bundle-dir " +
-                       bundles.dir + " 2>&1"});
+                       bundles.path.string() + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
   ASSERT_NE(ready.find("sampled steady state"), std::string::npos) << ready;
   // The daemon process itself (sh exec'd it).
@@ -102,12 +102,12 @@ TEST(DaemonSampled, NoHotHookUntilAJobLooksStuckThenBundleAndDetach) {
 TEST(DaemonSampled, ExactSteadyStateKeepsTheHooksOn) {
   std::string why = missing_privileges();
   if (!why.empty()) GTEST_SKIP() << why;
-  ScratchDir bundles{"hangtrace-daemon-exact"};
+  TempDir bundles{"hangtrace-daemon-exact"};
   Workload daemon(
       {"sh", "-c",
        "exec " + hangtrace_path() +
            " daemon --match repro_sampled_job_none --steady-state exact --metrics '' --bundle-dir " +
-           bundles.dir + " 2>&1"});
+           bundles.path.string() + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
   ASSERT_NE(ready.find("exact steady state"), std::string::npos) << ready;
   EXPECT_EQ(hot_links(daemon.pid()), 3u);

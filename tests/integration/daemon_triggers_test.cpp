@@ -20,7 +20,7 @@ class DaemonTriggers : public ::testing::Test {
                                  "exec " + hangtrace_path() +
                                      " daemon --match repro_dying_worker --hang-after 600 --scan-every 0.2 "
                                      "--metrics '' -v --bundle-dir " +
-                                     bundles_.dir + " 2>&1"});
+                                     bundles_.path.string() + " 2>&1"});
     ASSERT_FALSE(daemon_->wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60)).empty());
   }
 
@@ -47,7 +47,7 @@ class DaemonTriggers : public ::testing::Test {
     return nlohmann::json::parse(read_text_file(path + "/meta.json"), nullptr, false);
   }
 
-  ScratchDir bundles_{"hangtrace-daemon-triggers"};
+  TempDir bundles_{"hangtrace-daemon-triggers"};
   std::unique_ptr<Workload> daemon_;
 };
 
@@ -89,7 +89,7 @@ TEST_F(DaemonTriggers, SigtermIsAnOrdinaryStop) {
     line = daemon_->wait_for_line("hangtrace daemon: ", std::chrono::seconds(30));
   }
   EXPECT_NE(line.find("job " + std::to_string(main) + " "), std::string::npos) << line;
-  EXPECT_TRUE(std::filesystem::is_empty(bundles_.dir));
+  EXPECT_TRUE(std::filesystem::is_empty(bundles_.path));
 }
 
 }  // namespace

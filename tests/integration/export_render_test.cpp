@@ -14,11 +14,6 @@
 namespace hangtrace::testing {
 namespace {
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/hangtrace-export-test.XXXXXX";
-  return mkdtemp(tmpl);
-}
-
 std::string find_in_path(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
@@ -91,7 +86,8 @@ TEST(ExportRender, FlameGraphOfAHungJobRendersInChromium) {
   ASSERT_EQ(wait_until_blocked(pids[0]), "") << "the parent never blocked";
   ASSERT_EQ(wait_until_blocked(pids[1]), "") << "the child never blocked";
 
-  std::string dir = temp_dir();
+  TempDir tmp{"hangtrace-export-test"};
+  const std::string dir = tmp.path.string();
   std::string svg = dir + "/flame.svg", folded = dir + "/blocked.folded",
               speedscope = dir + "/speedscope.json", trace = dir + "/trace.json";
   auto r = run_command({hangtrace_path(), "--pid", std::to_string(pids[0]), "--folded", folded,
@@ -118,10 +114,7 @@ TEST(ExportRender, FlameGraphOfAHungJobRendersInChromium) {
   ASSERT_NE(svg_text.find("</svg>"), std::string::npos);
   std::string chromium = find_in_path("chromium");
   if (chromium.empty()) chromium = find_in_path("chromium-browser");
-  if (chromium.empty()) {
-    std::system(("rm -rf " + dir).c_str());
-    GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
-  }
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
   if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/python3 to decode the PNG";
 
   // The SVG's size, from its root element.
@@ -167,7 +160,6 @@ TEST(ExportRender, FlameGraphOfAHungJobRendersInChromium) {
     kernel_colour |= r >= 225 && g >= 120 && g <= 200 && b <= 70;
   }
   EXPECT_TRUE(kernel_colour) << px.dump();
-  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

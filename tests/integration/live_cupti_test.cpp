@@ -25,11 +25,10 @@
 #include "cupti_feeder.h"
 #endif
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::Workload;
 
 std::vector<HookStatus> cupti_hooks(const LiveTracer& t) {
   std::vector<HookStatus> out;
@@ -205,4 +204,4 @@ TEST(LiveCupti, TracedProcessDeliversActivityThroughTheUsdtProbe) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

@@ -26,15 +26,10 @@
 #include "live_tracer.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::Collected;
-using ::hangtrace::testing::monotonic_now_ns;
-using ::hangtrace::testing::poll_until;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::Workload;
 
 constexpr uint64_t kStream = 0x5151;
 constexpr uint64_t kComm = 0x1234;
@@ -42,18 +37,12 @@ constexpr uint64_t kComm = 0x1234;
 constexpr int kStubCudaFunctions = 45;
 constexpr int kNcclFunctions = 10;
 
-// "KEY=12" in a line -> 12, -1 when absent.
-int field(const std::string& line, const std::string& key) {
-  auto at = line.find(key + "=");
-  if (at == std::string::npos) return -1;
-  return std::atoi(line.c_str() + at + key.size() + 1);
-}
-
 // The repro on the stub libraries, printed its LOADED line. With
 // `hold_sync`, its cuCtxSynchronize waits for a release().
 struct GpuRepro {
   std::unique_ptr<Workload> w;
   int pid = -1, tid = -1;
+  std::unique_ptr<LiveTracer> tracer;  // trace()'s
 
   explicit GpuRepro(bool hold_sync,
                     std::vector<std::string> args = {HT_STUB_CUDA_LIBRARY, HT_STUB_NCCL_LIBRARY}) {
@@ -65,6 +54,18 @@ struct GpuRepro {
     std::string loaded = w->wait_for_line("LOADED", 20s);
     pid = field(loaded, "pid");
     tid = field(loaded, "tid");
+  }
+
+  // Starts tracing the repro (before it makes its calls), streaming host
+  // waits of at least `min_block_ns`.
+  void trace(uint64_t min_block_ns = LiveOptions{}.min_block_ns) {
+    ASSERT_GT(pid, 0);
+    LiveOptions opt;
+    opt.tgids = {pid};
+    opt.min_block_ns = min_block_ns;
+    auto started = LiveTracer::start(opt);
+    ASSERT_TRUE(started) << started.error();
+    tracer = std::move(*started);
   }
 };
 
@@ -175,12 +176,8 @@ uint64_t hold_then_release(LiveTracer& t, Collected& c, GpuRepro& repro, uint64_
 TEST(LiveGpu, HooksWaitForALibraryThenOnePerLibrary) {
   HANGTRACE_REQUIRE_BPF();
   GpuRepro repro(false);
-  ASSERT_GT(repro.pid, 0);
-  LiveOptions opt;
-  opt.tgids = {repro.pid};
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started) << started.error();
-  auto& t = **started;
+  ASSERT_NO_FATAL_FAILURE(repro.trace());
+  auto& t = *repro.tracer;
 
   auto hooks = gpu_hooks(t);
   ASSERT_EQ(hooks.size(), 1u) << hook_listing(t);
@@ -220,14 +217,9 @@ TEST(LiveGpu, HooksWaitForALibraryThenOnePerLibrary) {
 TEST(LiveGpu, ThreadInCtxSynchronizeItsCallsAndNothingOfAnUntracedProcess) {
   HANGTRACE_REQUIRE_BPF();
   GpuRepro repro(true);
-  ASSERT_GT(repro.pid, 0);
   ASSERT_GT(repro.tid, 0);
-  LiveOptions opt;
-  opt.tgids = {repro.pid};
-  opt.min_block_ns = 0;  // every host wait streamed, the quick copies too
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started) << started.error();
-  auto& t = **started;
+  ASSERT_NO_FATAL_FAILURE(repro.trace(0));  // every host wait streamed, the quick copies too
+  auto& t = *repro.tracer;
   notice_maps(t, repro.pid);
   ASSERT_EQ(gpu_hooks(t).size(), 2u) << hook_listing(t);
 
@@ -337,13 +329,9 @@ TEST(LiveGpu, ThreadInCtxSynchronizeItsCallsAndNothingOfAnUntracedProcess) {
 TEST(LiveGpu, QuickHostWaitsAreNotStreamedNcclCallsAlwaysAre) {
   HANGTRACE_REQUIRE_BPF();
   GpuRepro repro(true);
-  ASSERT_GT(repro.pid, 0);
-  LiveOptions opt;
-  opt.tgids = {repro.pid};
-  opt.min_block_ns = 100'000'000;
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started) << started.error();
-  auto& t = **started;
+  const uint64_t min_block_ns = 100'000'000;
+  ASSERT_NO_FATAL_FAILURE(repro.trace(min_block_ns));
+  auto& t = *repro.tracer;
   notice_maps(t, repro.pid);
 
   Collected c;
@@ -352,7 +340,7 @@ TEST(LiveGpu, QuickHostWaitsAreNotStreamedNcclCallsAlwaysAre) {
   auto in_sync = wait_until_in(t, c, repro.tid, HT_GPU_CTX_SYNCHRONIZE);
   ASSERT_TRUE(in_sync) << describe(thread_of(gpu_state(t), repro.tid));
   uint64_t held = hold_then_release(t, c, repro, in_sync->in_since_ns, 200ms);
-  ASSERT_GE(held, opt.min_block_ns);
+  ASSERT_GE(held, min_block_ns);
   ASSERT_TRUE(poll_until(t, c, [&] {
     return !calls_of(gpu_calls(c, repro.pid), HT_GPU_CTX_SYNCHRONIZE).empty();
   })) << c.summary();
@@ -373,12 +361,8 @@ TEST(LiveGpu, RealNcclCallsAreSeen) {
   const std::string real = HT_REAL_NCCL_LIBRARY;
   if (real.empty()) GTEST_SKIP() << "no libnccl.so.2 in /usr/local/cuda/lib64 at configure time";
   GpuRepro repro(false, {"--nccl", real});
-  ASSERT_GT(repro.pid, 0);
-  LiveOptions opt;
-  opt.tgids = {repro.pid};
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started) << started.error();
-  auto& t = **started;
+  ASSERT_NO_FATAL_FAILURE(repro.trace());
+  auto& t = *repro.tracer;
   notice_maps(t, repro.pid);
   std::cout << hook_listing(t);
   auto hooks = gpu_hooks(t);
@@ -442,4 +426,4 @@ TEST(LiveGpu, TheTracerFindsTheLibrariesItself) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

@@ -28,23 +28,14 @@
 #include "live_tracer.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::Workload;
 
 constexpr int kTcpSynSent = TCP_SYN_SENT;
 constexpr const char* kRemote = "10.255.0.1";
 constexpr int kRemotePort = 4242;
-
-// "KEY=12" in a line -> 12, -1 when absent.
-int field(const std::string& line, const std::string& key) {
-  auto at = line.find(key + "=");
-  if (at == std::string::npos) return -1;
-  return std::atoi(line.c_str() + at + key.size() + 1);
-}
 
 bool hook_active(const LiveTracer& t, const std::string& program) {
   for (const auto& h : t.hooks())
@@ -225,4 +216,4 @@ TEST(LiveNetCli, NetworkWaitFindingCitesTheRetransmits) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

@@ -28,19 +28,10 @@
 #include "live_records.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
-using ::hangtrace::testing::Collected;
-using ::hangtrace::testing::drain;
-using ::hangtrace::testing::monotonic_now_ns;
-using ::hangtrace::testing::poll_until;
-
 using namespace std::chrono_literals;
-using ::hangtrace::testing::parse_ready_pids;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::run_command;
-using ::hangtrace::testing::Workload;
 
 void print_hooks(const LiveTracer& t) {
   for (const auto& h : t.hooks()) {
@@ -342,4 +333,4 @@ TEST(LiveProcess, NothingStaysAttachedAfterSigkill) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

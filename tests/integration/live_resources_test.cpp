@@ -28,30 +28,14 @@
 #include "live_records.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
-using ::hangtrace::testing::Collected;
-using ::hangtrace::testing::drain;
-using ::hangtrace::testing::poll_until;
-
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::Workload;
 
 constexpr int kTcpSynSent = TCP_SYN_SENT, kTcpEstablished = TCP_ESTABLISHED, kTcpSynRecv = TCP_SYN_RECV,
               kTcpFinWait1 = TCP_FIN_WAIT1, kTcpFinWait2 = TCP_FIN_WAIT2, kTcpClose = TCP_CLOSE,
               kTcpCloseWait = TCP_CLOSE_WAIT, kTcpLastAck = TCP_LAST_ACK, kTcpListen = TCP_LISTEN;
-
-// A workload with both ends piped: stdout read line by line, stdin written
-// to release it. Its process group is killed on destruction.
-
-// "KEY=12" in a line -> 12, -1 when absent.
-int field(const std::string& line, const std::string& key) {
-  auto at = line.find(key + "=");
-  if (at == std::string::npos) return -1;
-  return std::atoi(line.c_str() + at + key.size() + 1);
-}
 
 std::unique_ptr<LiveTracer> start_tracer(int pid, uint64_t rss_step = 64u << 20) {
   LiveOptions opt;
@@ -337,4 +321,4 @@ INSTANTIATE_TEST_SUITE_P(Twins, LiveResources, ::testing::Values(false, true),
                          });
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

@@ -29,16 +29,10 @@
 #include "live_records.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
-using ::hangtrace::testing::Collected;
-using ::hangtrace::testing::drain;
-using ::hangtrace::testing::poll_until;
-
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::Workload;
 
 constexpr int kRounds = 1000;
 constexpr long kNrRead = HT_NR_read, kNrWrite = HT_NR_write, kNrNanosleep = HT_NR_nanosleep,
@@ -69,19 +63,6 @@ class Gate {
  private:
   int read_fd_ = -1, write_fd_ = -1;
 };
-
-// "READY a=1 b=0x10" -> {a: 1, b: 16}
-std::map<std::string, uint64_t> parse_fields(const std::string& line) {
-  std::map<std::string, uint64_t> out;
-  std::istringstream in(line);
-  std::string word;
-  while (in >> word) {
-    auto eq = word.find('=');
-    if (eq == std::string::npos) continue;
-    out[word.substr(0, eq)] = std::stoull(word.substr(eq + 1), nullptr, 0);
-  }
-  return out;
-}
 
 void print_hooks(const LiveTracer& t) {
   for (const auto& h : t.hooks()) {
@@ -136,43 +117,69 @@ LiveOptions wait_options(std::vector<int> tgids, uint64_t min_block_ns) {
   return opt;
 }
 
+// A workload that starts its activity on a gate (`REPRO GATE_FD ARGS...`),
+// and the tracer started for it.
+struct GatedRun {
+  std::unique_ptr<LiveTracer> tracer;
+  std::unique_ptr<Gate> gate;
+  std::unique_ptr<Workload> workload;
+  std::map<std::string, uint64_t> ready;  // its READY line's fields
+};
+
+// Starts the workload and reads its READY line.
+void start_gated(const std::string& repro, const std::vector<std::string>& args, GatedRun& run) {
+  run.gate = std::make_unique<Gate>();
+  std::vector<std::string> argv{repro_path(repro), run.gate->arg()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  run.workload = std::make_unique<Workload>(argv);
+  run.gate->close_read_end();
+  run.ready = numeric_fields<uint64_t>(run.workload->wait_for_line("READY"));
+}
+
+void start_tracer(const LiveOptions& opt, GatedRun& run) {
+  auto started = LiveTracer::start(opt);
+  ASSERT_TRUE(started.ok()) << started.error();
+  run.tracer = std::move(*started);
+}
+
+// A workload whose READY line gives its pid, and a tracer streaming its
+// waits of at least `min_block_ns` -- or, without `traced`, nobody's.
+void start_traced(const std::string& repro, const std::vector<std::string>& args, uint64_t min_block_ns,
+                  bool traced, GatedRun& run, int& pid) {
+  start_gated(repro, args, run);
+  pid = static_cast<int>(run.ready["pid"]);
+  ASSERT_GT(pid, 0);
+  start_tracer(wait_options(traced ? std::vector<int>{pid} : std::vector<int>{}, min_block_ns), run);
+}
+
 // A futex ping-pong of kRounds under a tracer started with `opt` (the
 // workload's pid is added to its tgids) once the workload is ready; returns
 // when both threads are done -- and have exited, unless `hold`: then they
 // stay alive, asleep, as long as `run` lives.
-struct PingPongRun {
+struct PingPongRun : GatedRun {
   int pid = 0, a_tid = 0, b_tid = 0;
   uint64_t a_word = 0, b_word = 0;
   std::chrono::milliseconds elapsed{};
-  std::unique_ptr<LiveTracer> tracer;
-  std::unique_ptr<Gate> gate;
-  std::unique_ptr<Workload> workload;
 };
 
 void run_futex_pingpong(LiveOptions opt, const std::string& twin, PingPongRun& run, bool hold = false) {
-  run.gate = std::make_unique<Gate>();
-  std::vector<std::string> argv{repro_path("repro_live_futex_pingpong"), run.gate->arg(),
-                                std::to_string(kRounds)};
-  if (hold) argv.push_back("hold");
-  run.workload = std::make_unique<Workload>(argv);
+  std::vector<std::string> args{std::to_string(kRounds)};
+  if (hold) args.push_back("hold");
+  start_gated("repro_live_futex_pingpong", args, run);
   Workload& w = *run.workload;
-  run.gate->close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  ASSERT_EQ(ready.size(), 3u);
-  run.pid = static_cast<int>(ready["pid"]);
-  run.a_word = ready["a_word"];
-  run.b_word = ready["b_word"];
+  ASSERT_EQ(run.ready.size(), 3u);
+  run.pid = static_cast<int>(run.ready["pid"]);
+  run.a_word = run.ready["a_word"];
+  run.b_word = run.ready["b_word"];
 
   opt.tgids.push_back(run.pid);
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  run.tracer = std::move(*started);
+  ASSERT_NO_FATAL_FAILURE(start_tracer(opt, run));
   print_hooks(*run.tracer);
   expect_wait_hooks_active(*run.tracer, twin, opt.min_block_ns);
 
   auto t0 = std::chrono::steady_clock::now();
   run.gate->open();
-  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  auto done = numeric_fields<uint64_t>(w.wait_for_line("DONE", 30s));
   ASSERT_EQ(done.size(), 2u) << "the ping-pong never finished";
   run.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   run.a_tid = static_cast<int>(done["a_tid"]);
@@ -192,20 +199,14 @@ uint64_t wakeups_counted(int waker_tid, int wakee_tid) {
 // The pipe ping-pong of kRounds between two processes under a tracer started
 // with min_block_ns once both are ready; returns when the rounds are done
 // (both processes stay alive as long as `run` lives).
-struct PipePingPongRun {
+struct PipePingPongRun : GatedRun {
   int parent = 0, child = 0;
   int p2c_r = 0, p2c_w = 0, c2p_r = 0, c2p_w = 0;  // the pipes' fds, as numbered in each process
-  std::unique_ptr<LiveTracer> tracer;
-  std::unique_ptr<Gate> gate;
-  std::unique_ptr<Workload> workload;
 };
 
 void run_pipe_pingpong(uint64_t min_block_ns, const std::string& twin, PipePingPongRun& run) {
-  run.gate = std::make_unique<Gate>();
-  run.workload = std::make_unique<Workload>(std::vector<std::string>{
-      repro_path("repro_live_pipe_pingpong"), run.gate->arg(), std::to_string(kRounds)});
-  run.gate->close_read_end();
-  auto ready = parse_fields(run.workload->wait_for_line("READY"));
+  start_gated("repro_live_pipe_pingpong", {std::to_string(kRounds)}, run);
+  auto& ready = run.ready;
   ASSERT_EQ(ready.size(), 6u);
   run.parent = static_cast<int>(ready["parent"]);
   run.child = static_cast<int>(ready["child"]);
@@ -214,10 +215,7 @@ void run_pipe_pingpong(uint64_t min_block_ns, const std::string& twin, PipePingP
   run.c2p_r = static_cast<int>(ready["c2p_r"]);
   run.c2p_w = static_cast<int>(ready["c2p_w"]);
 
-  LiveOptions opt = wait_options({run.parent, run.child}, min_block_ns);
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  run.tracer = std::move(*started);
+  ASSERT_NO_FATAL_FAILURE(start_tracer(wait_options({run.parent, run.child}, min_block_ns), run));
   expect_wait_hooks_active(*run.tracer, twin, min_block_ns);
 
   run.gate->open();
@@ -442,21 +440,15 @@ TEST_P(LiveWaits, FutexWakesAreSampledByDefault) {
 
 TEST_P(LiveWaits, FutexWaitvAndFutexWaitAreWaits) {
   HANGTRACE_REQUIRE_BPF();
-  Gate gate;
-  Workload w({repro_path("repro_live_futex2"), gate.arg()});
-  gate.close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  int pid = static_cast<int>(ready["pid"]);
-  uint64_t word = ready["word"];
-  ASSERT_GT(pid, 0);
+  GatedRun run;
+  int pid = 0;
+  ASSERT_NO_FATAL_FAILURE(start_traced("repro_live_futex2", {}, 10'000'000, true, run, pid));
+  Workload& w = *run.workload;
+  LiveTracer& t = *run.tracer;
+  uint64_t word = run.ready["word"];
 
-  LiveOptions opt = wait_options({pid}, 10'000'000);
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-
-  gate.open();
-  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  run.gate->open();
+  auto done = numeric_fields<uint64_t>(w.wait_for_line("DONE", 30s));
   ASSERT_EQ(done.size(), 2u);
   // Both syscalls exist since 6.7 (futex_wait) / 5.16 (futex_waitv).
   if (done["waitv"] == ENOSYS || done["wait"] == ENOSYS)
@@ -594,19 +586,13 @@ TEST_P(LiveWaits, CallsStartAtTheirFirstSleepWithoutAnEntryHook) {
 
 TEST_P(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
   HANGTRACE_REQUIRE_BPF();
-  Gate gate;
-  Workload w({repro_path("repro_live_sleep"), gate.arg()});
-  gate.close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  int pid = static_cast<int>(ready["pid"]);
-  ASSERT_GT(pid, 0);
+  GatedRun run;
+  int pid = 0;
+  ASSERT_NO_FATAL_FAILURE(start_traced("repro_live_sleep", {}, 10'000'000, true, run, pid));
+  Workload& w = *run.workload;
+  LiveTracer& t = *run.tracer;
 
-  LiveOptions opt = wait_options({pid}, 10'000'000);
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-
-  gate.open();
+  run.gate->open();
   ASSERT_FALSE(w.wait_for_line("DONE", 30s).empty());
   Collected got;
   auto sleeps = [&] {
@@ -638,20 +624,15 @@ TEST_P(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
 
 TEST_P(LiveWaits, UntracedProcessProducesNothing) {
   HANGTRACE_REQUIRE_BPF();
-  Gate gate;
-  Workload w({repro_path("repro_live_futex_pingpong"), gate.arg(), std::to_string(kRounds)});
-  gate.close_read_end();
-  auto ready = parse_fields(w.wait_for_line("READY"));
-  int pid = static_cast<int>(ready["pid"]);
-  ASSERT_GT(pid, 0);
+  GatedRun run;
+  int pid = 0;
+  ASSERT_NO_FATAL_FAILURE(start_traced("repro_live_futex_pingpong", {std::to_string(kRounds)}, 0,
+                                       /*traced=*/false, run, pid));  // traces nobody
+  Workload& w = *run.workload;
+  LiveTracer& t = *run.tracer;
 
-  LiveOptions opt = wait_options({}, 0);  // traces nobody
-  auto started = LiveTracer::start(opt);
-  ASSERT_TRUE(started.ok()) << started.error();
-  LiveTracer& t = **started;
-
-  gate.open();
-  auto done = parse_fields(w.wait_for_line("DONE", 30s));
+  run.gate->open();
+  auto done = numeric_fields<uint64_t>(w.wait_for_line("DONE", 30s));
   ASSERT_EQ(done.size(), 2u);
   Collected got;
   drain(t, got, 500ms);
@@ -671,4 +652,4 @@ INSTANTIATE_TEST_SUITE_P(Twins, LiveWaits, ::testing::Values(false, true),
                          });
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

@@ -15,13 +15,10 @@
 #include "native_stacks.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::wait_until_blocked;
-using ::hangtrace::testing::Workload;
 
 CollectOptions native_options(NativeStackCache* cache) {
   CollectOptions o;
@@ -168,4 +165,4 @@ TEST(NativeStacks, NotPythonNoError) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

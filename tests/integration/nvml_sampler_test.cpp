@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "nvml_sampler.h"
+#include "temp_dir.h"
 
 namespace hangtrace {
 namespace {
@@ -62,17 +63,12 @@ class NvmlSamplerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(stub_.ok()) << "cannot load " << kStubLibrary << ": " << dlerror();
-    dir_ = fs::temp_directory_path() / ("nvml_sampler_test." + std::to_string(getpid()));
-    fs::create_directories(dir_);
+    dir_ = tmp_.path;
     script_ = dir_ / "script";
     setenv("HT_STUB_NVML_SCRIPT", script_.c_str(), 1);
     unsetenv("HANGTRACE_NVML_LIBRARY");
   }
-  void TearDown() override {
-    unsetenv("HT_STUB_NVML_SCRIPT");
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
+  void TearDown() override { unsetenv("HT_STUB_NVML_SCRIPT"); }
 
   // Replaced atomically: a sampler reading it concurrently sees the old or the new script, never half.
   void write_script(const std::string& text) {
@@ -91,6 +87,7 @@ class NvmlSamplerTest : public ::testing::Test {
   }
 
   StubView stub_;
+  hangtrace::testing::TempDir tmp_{"nvml_sampler_test"};
   fs::path dir_, script_;
 };
 

@@ -18,13 +18,10 @@
 
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::wait_until_blocked;
-using ::hangtrace::testing::Workload;
 
 // An interpreter to test: `path` is "" when none is installed.
 struct Interpreter {
@@ -59,18 +56,6 @@ std::string script_path(const std::string& name) {
   return (std::filesystem::path(__FILE__).parent_path() / "python" / name).string();
 }
 
-// "READY a=1 b=2" -> {"a": 1, "b": 2}
-std::map<std::string, int> ready_fields(const std::string& line) {
-  std::map<std::string, int> out;
-  std::istringstream in(line);
-  std::string word;
-  while (in >> word) {
-    auto eq = word.find('=');
-    if (eq != std::string::npos) out[word.substr(0, eq)] = std::stoi(word.substr(eq + 1));
-  }
-  return out;
-}
-
 CollectOptions fast_options() {
   CollectOptions o;
   o.use_bpf = false;
@@ -101,7 +86,7 @@ class PythonStacks : public ::testing::TestWithParam<Interpreter> {
 TEST_P(PythonStacks, ThreadsBlockedAtKnownLines) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({GetParam().path, "-u", script_path("blocked_threads.py")});
-  auto f = ready_fields(w.wait_for_line("READY"));
+  auto f = numeric_fields<int>(w.wait_for_line("READY"));
   ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
   const int main_tid = f["main_tid"], worker_tid = f["worker_tid"];
   ASSERT_EQ(main_tid, w.pid());
@@ -174,7 +159,7 @@ TEST_P(PythonStacks, ThreadsBlockedAtKnownLines) {
 TEST_P(PythonStacks, SpinningThreadHoldsTheGil) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({GetParam().path, "-u", script_path("blocked_threads.py"), "--spin"});
-  auto f = ready_fields(w.wait_for_line("READY"));
+  auto f = numeric_fields<int>(w.wait_for_line("READY"));
   ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
   const int spin_tid = f["spin_tid"];
   ASSERT_GT(spin_tid, 0);
@@ -219,7 +204,7 @@ TEST_P(PythonStacks, SpinningThreadHoldsTheGil) {
 TEST_P(PythonStacks, FoundWithoutSymbolsByScanningItsData) {
   HANGTRACE_REQUIRE_BPF();
   Workload w({GetParam().path, "-u", script_path("blocked_threads.py")});
-  auto f = ready_fields(w.wait_for_line("READY"));
+  auto f = numeric_fields<int>(w.wait_for_line("READY"));
   ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
   ASSERT_EQ(wait_until_blocked(w.pid()), "");
   auto with = collect_snapshot(w.pid(), fast_options());
@@ -265,4 +250,4 @@ TEST(PythonStacksNotPython, NoStackNoError) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

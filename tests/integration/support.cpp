@@ -165,6 +165,22 @@ std::vector<int> parse_ready_pids(const std::string& line) {
   return pids;
 }
 
+std::map<std::string, std::string> line_fields(const std::string& line) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    auto eq = word.find('=');
+    if (eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return out;
+}
+
+int field_int(const std::map<std::string, std::string>& fields, const std::string& key) {
+  auto it = fields.find(key);
+  return it == fields.end() ? -1 : static_cast<int>(std::stoll(it->second, nullptr, 0));
+}
+
 static std::string read_small_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -282,17 +298,5 @@ std::string read_text_file(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
-
-ScratchDir::ScratchDir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
-  if (mkdtemp(tmpl.data())) dir = tmpl;
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-}
-
-std::string ScratchDir::path(const std::string& name) const { return dir + "/" + name; }
 
 }  // namespace hangtrace::testing

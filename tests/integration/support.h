@@ -7,10 +7,13 @@
 
 #include <chrono>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "temp_dir.h"  // TempDir
 
 namespace hangtrace::testing {
 
@@ -69,6 +72,24 @@ std::string hangtrace_path();                     // HANGTRACE_BIN
 // "READY 12 34 56" -> {12, 34, 56}: the integers after the first word.
 std::vector<int> parse_ready_pids(const std::string& line);
 
+// The KEY=VALUE words of a marker line, values as written:
+// "READY parent=12 name=/x" -> {"parent": "12", "name": "/x"}.
+std::map<std::string, std::string> line_fields(const std::string& line);
+// KEY's value as an int (decimal, or hex after 0x); -1 when absent.
+int field_int(const std::map<std::string, std::string>& fields, const std::string& key);
+inline int field(const std::string& line, const std::string& key) {
+  return field_int(line_fields(line), key);
+}
+// Every value as a number of type T (decimal, or hex after 0x):
+// "READY a=1 b=0x10" -> {a: 1, b: 16}.
+template <class T>
+std::map<std::string, T> numeric_fields(const std::string& line) {
+  std::map<std::string, T> out;
+  for (const auto& [key, value] : line_fields(line))
+    out[key] = static_cast<T>(std::stoull(value, nullptr, 0));
+  return out;
+}
+
 // One thread as /proc shows it right now.
 struct ThreadState {
   int tid = 0;
@@ -104,16 +125,6 @@ std::vector<int> finding_pids(const nlohmann::json& finding);
 
 // The first finding of `kind` in a report, nullptr when none.
 const nlohmann::json* find_finding(const nlohmann::json& report, const std::string& kind);
-
-// A fresh directory under /tmp for one test, removed with all it holds.
-struct ScratchDir {
-  explicit ScratchDir(const std::string& prefix = "hangtrace-test");
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string path(const std::string& name) const;
-  std::string dir;
-};
 
 // A whole file as text ("" when it cannot be read).
 std::string read_text_file(const std::string& path);

@@ -18,12 +18,10 @@
 #include "hangtrace/syscall_nr.h"
 #include "support.h"
 
-namespace hangtrace {
+namespace hangtrace::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using ::hangtrace::testing::repro_path;
-using ::hangtrace::testing::Workload;
 
 constexpr uint32_t kTaskInterruptible = HT_TASK_STATE_INTERRUPTIBLE;
 constexpr int64_t kSysRead = HT_NR_read;
@@ -195,4 +193,4 @@ TEST(TaskIter, UnavailableReasonIsEmptyWithRootAndBtf) {
 }
 
 }  // namespace
-}  // namespace hangtrace
+}  // namespace hangtrace::testing

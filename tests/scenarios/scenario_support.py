@@ -17,6 +17,7 @@ import os
 import platform
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -202,6 +203,15 @@ def descendants(pid):
     return out
 
 
+def kill_pids(pids):
+    """SIGKILL each of `pids` that still exists."""
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def parse_marker(line):
     """'READY main=1 workers=2,3 port=5' -> {'main': [1], 'workers': [2, 3], 'port': [5]}.
     Everything before the first key=value is ignored."""
@@ -297,11 +307,7 @@ class Workload:
             os.killpg(self.pid, signal.SIGKILL)
         except OSError:
             pass
-        for p in victims:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_pids(victims)
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -503,6 +509,22 @@ class ScenarioTestCase(unittest.TestCase):
         missing = set(pids) - set(finding.get("pids") or [])
         self.assertFalse(missing, "finding lacks pids %s\n%s" % (sorted(missing), report.dump()))
 
+    def assertWorkerKilled(self, report, victim):
+        """`victim` has one process-killed finding, critical and naming it;
+        returns that finding's details."""
+        killed = killed_findings(report, victim)
+        self.assertEqual(len(killed), 1, "no process-killed finding for worker %d\n%s"
+                         % (victim, report.dump()))
+        f = killed[0]
+        self.assertEqual(f.get("severity"), "critical", report.dump())
+        self.assertIn(victim, f.get("pids") or [], report.dump())
+        return f["details"]
+
+
+def killed_findings(report, pid):
+    """The process-killed findings of process `pid`."""
+    return [f for f in report.of_kind("process-killed") if (f.get("details") or {}).get("pid") == pid]
+
 
 # ---- torch.distributed ---------------------------------------------------------------
 
@@ -521,6 +543,32 @@ def start_gloo_ranks(steps=3):
         job.kill()
         raise
     return job, marker
+
+
+class GlooJobClass:
+    """Mixin for a TestCase whose tests share one gloo job (start_gloo_ranks)
+    and one temp dir: setUpClass starts them and hands the marker to the
+    class's examine(marker); the job is killed and the dir removed after the
+    last test, or at once when starting fails."""
+
+    tmp_prefix = "hangtrace-"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix=cls.tmp_prefix)
+        cls.job = None
+        try:
+            cls.job, marker = start_gloo_ranks(steps=3)
+            cls.examine(marker)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.job:
+            cls.job.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
 
 
 # ---- the daemon ---------------------------------------------------------------------

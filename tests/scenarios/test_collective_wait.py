@@ -7,36 +7,22 @@ waiting rank and the absent one in a collective-wait finding.
 """
 import json
 import os
-import shutil
-import tempfile
 import unittest
 
-from scenario_support import requires_bpf_and_torch, run_hangtrace, start_gloo_ranks
+from scenario_support import GlooJobClass, requires_bpf_and_torch, run_hangtrace
 
 
 @requires_bpf_and_torch
-class CollectiveWait(unittest.TestCase):
+class CollectiveWait(GlooJobClass, unittest.TestCase):
     maxDiff = None
+    tmp_prefix = "hangtrace-coll-"
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="hangtrace-coll-")
-        cls.job = None
-        try:
-            cls.job, marker = start_gloo_ranks(steps=3)
-            cls.launcher = marker["launcher"][0]
-            cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
-            cls.snapshot_path = os.path.join(cls.tmp, "snapshot.json")
-            cls.report = run_hangtrace(cls.launcher, "--save-snapshot", cls.snapshot_path)
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.job:
-            cls.job.kill()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+    def examine(cls, marker):
+        cls.launcher = marker["launcher"][0]
+        cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
+        cls.snapshot_path = os.path.join(cls.tmp, "snapshot.json")
+        cls.report = run_hangtrace(cls.launcher, "--save-snapshot", cls.snapshot_path)
 
     def setUp(self):
         self.assertIsNotNone(self.report.json, self.report.dump())

@@ -10,11 +10,10 @@ its limit.
 import errno
 import os
 import re
-import signal
 import time
 import unittest
 
-from scenario_support import (MEMCG_V1, PYTHON, ScenarioTestCase, parse_marker,
+from scenario_support import (MEMCG_V1, PYTHON, ScenarioTestCase, killed_findings, kill_pids, parse_marker,
                               requires_bpf_and_torch, requires_memcg_v1, workload)
 
 LIMIT = 512 * 1024 * 1024
@@ -50,11 +49,7 @@ class LiveOomCgroup(ScenarioTestCase):
                     pids = [int(p) for p in f.read().split()]
             except OSError:
                 return
-            for p in pids:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
+            kill_pids(pids)
             if not pids:
                 try:
                     os.rmdir(self.cgroup)
@@ -84,23 +79,15 @@ class LiveOomCgroup(ScenarioTestCase):
 
         report = self.launched_report(job)     # the job exits (3); hangtrace reports then
         self.assertEqual(report.returncode, 2, "a killed worker is critical\n" + report.dump())
-        killed = [f for f in report.of_kind("process-killed")
-                  if (f.get("details") or {}).get("pid") == victim]
-        self.assertEqual(len(killed), 1, "no process-killed finding for worker %d\n%s"
-                         % (victim, report.dump()))
-        f = killed[0]
-        d = f["details"]
-        self.assertEqual(f.get("severity"), "critical", report.dump())
-        self.assertIn(victim, f.get("pids") or [], report.dump())
+        d = self.assertWorkerKilled(report, victim)
         self.assertEqual(d.get("cause"), "oom-killer", report.dump())
         self.assertEqual(d.get("signal"), SIGKILL, report.dump())
         self.assertIn("hangtrace-scn-%d" % os.getpid(), d.get("cgroup") or "", report.dump())
         self.assertEqual(d.get("limit_bytes"), LIMIT, report.dump())
         # The OOM killer took the worker, not the main process (which then
         # exited with status 3 on its own).
-        self.assertFalse([g for g in report.of_kind("process-killed")
-                          if (g.get("details") or {}).get("pid") == main and
-                          (g.get("details") or {}).get("cause") == "oom-killer"], report.dump())
+        self.assertFalse([g for g in killed_findings(report, main)
+                          if (g.get("details") or {}).get("cause") == "oom-killer"], report.dump())
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import re
 import shutil
 import unittest
 
-from scenario_support import (PYTHON, ScenarioTestCase, parse_marker, proc_state,
+from scenario_support import (PYTHON, ScenarioTestCase, killed_findings, parse_marker, proc_state,
                               requires_bpf_and_torch, workload)
 
 SHM_SIZE = 64 * 1024 * 1024
@@ -93,14 +93,7 @@ class LiveShmSigbus(ScenarioTestCase):
         self.assertEqual(report.returncode, 2, "a killed worker is critical\n" + report.dump())
 
         for victim in named:     # one worker or both may have hit the full tmpfs
-            killed = [f for f in report.of_kind("process-killed")
-                      if (f.get("details") or {}).get("pid") == victim]
-            self.assertEqual(len(killed), 1, "no process-killed finding for worker %d\n%s"
-                             % (victim, report.dump()))
-            f = killed[0]
-            d = f["details"]
-            self.assertEqual(f.get("severity"), "critical", report.dump())
-            self.assertIn(victim, f.get("pids") or [], report.dump())
+            d = self.assertWorkerKilled(report, victim)
             self.assertEqual(d.get("signal"), SIGBUS, report.dump())
             self.assertEqual(d.get("cause"), "sigbus-shm", report.dump())
             # The tmpfs as it was when the worker faulted: full.
@@ -136,8 +129,7 @@ class LiveShmSigbus(ScenarioTestCase):
         self.assertTrue(proc_state(main) not in (None, "Z", "X"),
                         "hangtrace must leave the job running\n" + report.dump())
         for victim in named:
-            killed = [f for f in report.of_kind("process-killed")
-                      if (f.get("details") or {}).get("pid") == victim]
+            killed = killed_findings(report, victim)
             self.assertEqual(len(killed), 1, report.dump())
             self.assertEqual(killed[0]["details"].get("cause"), "sigbus-shm", report.dump())
         # The job still holds the batches: the snapshot sees the full tmpfs too.

@@ -9,12 +9,10 @@ absent from all_reduce, say what it does instead, and exit 2.
 import glob
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import unittest
 
-from scenario_support import hangtrace_bin, requires_bpf_and_torch, run_hangtrace, start_gloo_ranks
+from scenario_support import GlooJobClass, hangtrace_bin, requires_bpf_and_torch, run_hangtrace
 
 
 def run_merge(*args, timeout=120):
@@ -30,33 +28,21 @@ def dump(argv, completed):
 
 
 @requires_bpf_and_torch
-class MergeRanks(unittest.TestCase):
+class MergeRanks(GlooJobClass, unittest.TestCase):
     maxDiff = None
+    tmp_prefix = "hangtrace-merge-"
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="hangtrace-merge-")
-        cls.job = None
+    def examine(cls, marker):
+        cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
+        cls.bundles = os.path.join(cls.tmp, "bundles")
+        cls.traces = [run_hangtrace(pid, "--bundle", cls.bundles) for pid in (cls.rank0, cls.rank1)]
+        cls.paths = sorted(glob.glob(os.path.join(cls.bundles, "*")))
+        cls.merge_argv, cls.merged = run_merge(*cls.paths, "--json", "-")
         try:
-            cls.job, marker = start_gloo_ranks(steps=3)
-            cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
-            cls.bundles = os.path.join(cls.tmp, "bundles")
-            cls.traces = [run_hangtrace(pid, "--bundle", cls.bundles) for pid in (cls.rank0, cls.rank1)]
-            cls.paths = sorted(glob.glob(os.path.join(cls.bundles, "*")))
-            cls.merge_argv, cls.merged = run_merge(*cls.paths, "--json", "-")
-            try:
-                cls.report = json.loads(cls.merged.stdout)
-            except ValueError:
-                cls.report = None
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.job:
-            cls.job.kill()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+            cls.report = json.loads(cls.merged.stdout)
+        except ValueError:
+            cls.report = None
 
     def setUp(self):
         for trace in self.traces:

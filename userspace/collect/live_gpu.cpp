@@ -4,10 +4,7 @@
 // seen mapping it (notice_mapped_file), which also covers the libcuda that
 // PyTorch dlopen()s long after the process started.
 #include <bpf/bpf.h>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "elf_symbols.h"
 #include "gpu.skel.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/gpu.h"
@@ -137,34 +135,18 @@ const GpuFunction kFunctions[] = {
     {"ncclGroupEnd", HT_GPU_COOKIE(HT_GPU_NCCL_GROUP_END, 0, 0, 0, 0, 0, 0)},
 };
 
-// Names of the functions `file` defines in its .dynsym (what a caller
+// Which of kFunctions `file` defines in its .dynsym (what a caller
 // resolves; a stripped library has no .symtab anyway).
 Result<std::unordered_set<std::string>> defined_functions(const std::string& file) {
-  if (elf_version(EV_CURRENT) == EV_NONE) return make_error("libelf is too old");
-  int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(fmt::format("failed to open {}: {}", file, std::strerror(errno)));
-  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  if (!elf) {
-    close(fd);
-    return make_error(fmt::format("failed to read {}: {}", file, elf_errmsg(-1)));
-  }
+  auto elf = elf::ElfFile::open(file);
+  if (!elf) return make_error(elf.error());
+  std::vector<std::string> wanted;
+  for (const GpuFunction& f : kFunctions) wanted.emplace_back(f.name);
   std::unordered_set<std::string> names;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_DYNSYM || shdr.sh_entsize == 0) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (!data) continue;
-    size_t count = shdr.sh_size / shdr.sh_entsize;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Sym sym;
-      if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
-      int type = GELF_ST_TYPE(sym.st_info);
-      if (sym.st_shndx == SHN_UNDEF || (type != STT_FUNC && type != STT_GNU_IFUNC)) continue;
-      if (const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name)) names.insert(name);
-    }
-  }
-  elf_end(elf);
-  close(fd);
+  for (auto& [name, sym] : elf->find_symbols(elf::Tables::Dynsym, wanted, [](const elf::Symbol& sym) {
+         return sym.defined() && sym.is_function();
+       }))
+    names.insert(name);
   return names;
 }
 

@@ -1,26 +1,25 @@
 // The "process" concern (bpf/process.bpf.c): fork following, exec, exit,
 // signals to traced tasks, OOM victims. Loaded first: without fork following
 // the traced set would stop at the processes named at start.
-#include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "live_modules.h"
-#include "process.skel.h"
 #include "hangtrace/text.h"
+#include "live_modules.h"
+#include "live_twin_hooks.h"
+#include "process.skel.h"
 
 namespace hangtrace {
 namespace {
 
-
-// What vmlinux BTF says this kernel offers, read once per load.
+// What vmlinux BTF says of a tracepoint's arguments (TwinHooks checks only
+// that the tracepoint is there).
 struct KernelBtf {
   btf* vmlinux = btf__load_vmlinux_btf();  // NULL (errno set) when the kernel has none
   ~KernelBtf() { btf__free(vmlinux); }
@@ -48,141 +47,62 @@ struct KernelBtf {
 
 class ProcessModule : public TracerModule {
  public:
-  ~ProcessModule() override { process_bpf__destroy(skel_); }
+  ~ProcessModule() override {
+    if (hooks_) hooks_->detach();
+    process_bpf__destroy(skel_);
+  }
   const char* name() const override { return "process"; }
 
   Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
-    KernelBtf kbtf;
-    bool fork_btf = kbtf.tracepoint_proto("sched_process_fork") != nullptr;
-    bool signal_btf = kbtf.tracepoint_proto("signal_generate") != nullptr;
     // 6.8 changed oom:mark_victim from (int pid) to (struct task_struct *, uid_t);
     // only the latter gives the victim's memory cgroup and its counters.
-    victim_has_task_ = kbtf.tracepoint_arg_is_pointer("mark_victim", 0);
-    bool victim_btf = victim_has_task_;
-    why_fork_raw_ = fork_btf ? "" : "tp_btf unavailable: no btf_trace_sched_process_fork in vmlinux BTF";
-    why_signal_raw_ = signal_btf ? "" : "tp_btf unavailable: no btf_trace_signal_generate in vmlinux BTF";
-    why_victim_raw_ =
-        victim_btf ? "" : "tp_btf unavailable: oom:mark_victim passes no task_struct on this kernel";
-
-    // tp_btf twins first; a verifier that refuses them costs one retry with
-    // every raw_tp twin.
-    std::string first_error;
-    for (bool btf : {true, false}) {
-      use_btf_ = btf;
-      auto r = try_load(maps, options);
-      if (r) {
-        if (!btf) {
-          std::string why = "tp_btf rejected at load: " + (first_error.empty() ? "not tried" : first_error);
-          if (fork_btf) why_fork_raw_ = why;
-          if (signal_btf) why_signal_raw_ = why;
-          if (victim_btf) why_victim_raw_ = why;
-        }
-        return true;
-      }
-      if (first_error.empty()) first_error = r.error();
-      if (!btf) return make_error("failed to load BPF process tracer: " + r.error());
-    }
-    return make_error("failed to load BPF process tracer: " + first_error);
+    const bool victim_has_task = KernelBtf().tracepoint_arg_is_pointer("mark_victim", 0);
+    // Fork following comes first: without it the traced set would stop at
+    // the processes named at start. The tests' HANGTRACE_LIVE_NO_TP_BTF
+    // switch is for the other concerns: this one keeps its best twins.
+    hooks_.emplace(
+        "process",
+        std::vector<TwinSpec>{
+            {.base = "sched_process_fork", .tp = "sched_process_fork", .required = true},
+            {.base = "sched_process_exec", .tp = "sched_process_exec", .required = false, .raw_only = true},
+            {.base = "sched_process_exit", .tp = "sched_process_exit", .required = false, .raw_only = true},
+            {.base = "signal_generate", .tp = "signal_generate", .required = false},
+            {.base = "mark_victim",
+             .tp = "mark_victim",
+             .required = false,
+             .btf_unusable_because =
+                 victim_has_task ? ""
+                                 : "tp_btf unavailable: oom:mark_victim passes no task_struct on this kernel",
+             .raw_caveat = victim_has_task ? ""
+                                           : "victim known by pid only: no memory cgroup, and threads other "
+                                             "than the main one are missed"}},
+        /*obeys_no_tp_btf=*/false);
+    return hooks_->load(
+        [&]() -> Result<bpf_object*> {
+          skel_ = process_bpf__open();
+          if (!skel_) return make_error("open: " + errno_text(errno));
+          auto shared = maps.reuse_in(skel_->obj);
+          if (!shared) return make_error(shared.error());
+          skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
+          skel_->rodata->page_shift = page_shift();
+          skel_->rodata->mark_victim_has_task = victim_has_task;
+          return skel_->obj;
+        },
+        [&]() { return process_bpf__load(skel_); },
+        [&]() {
+          process_bpf__destroy(skel_);
+          skel_ = nullptr;
+        });
   }
 
-  Result<bool> attach() override {
-    hooks_.clear();
-    struct Hook {
-      bpf_program* prog;
-      bpf_link** link;
-      const char* attach;
-      std::string unused_reason;  // empty: this one is in use
-      bool required;
-    };
-    // Empty reason = in use, so a twin left out always says why.
-    auto left_out = [](bool chosen, const std::string& why) {
-      return chosen ? std::string() : (why.empty() ? std::string("not selected") : why);
-    };
-    auto& p = skel_->progs;
-    auto& l = skel_->links;
-    bool fork_btf = use_btf_ && why_fork_raw_.empty();
-    bool signal_btf = use_btf_ && why_signal_raw_.empty();
-    bool victim_btf = use_btf_ && why_victim_raw_.empty();
-    Hook table[] = {
-        {p.sched_process_fork_btf, &l.sched_process_fork_btf, "tp_btf/sched_process_fork",
-         left_out(fork_btf, why_fork_raw_), true},
-        {p.sched_process_fork_raw, &l.sched_process_fork_raw, "raw_tp/sched_process_fork",
-         fork_btf ? "not needed: twin sched_process_fork_btf attached" : "", true},
-        {p.sched_process_exec, &l.sched_process_exec, "raw_tp/sched_process_exec", "", false},
-        {p.sched_process_exit, &l.sched_process_exit, "raw_tp/sched_process_exit", "", false},
-        {p.signal_generate_btf, &l.signal_generate_btf, "tp_btf/signal_generate",
-         left_out(signal_btf, why_signal_raw_), false},
-        {p.signal_generate_raw, &l.signal_generate_raw, "raw_tp/signal_generate",
-         signal_btf ? "not needed: twin signal_generate_btf attached" : "", false},
-        {p.mark_victim_btf, &l.mark_victim_btf, "tp_btf/mark_victim", left_out(victim_btf, why_victim_raw_),
-         false},
-        {p.mark_victim_raw, &l.mark_victim_raw, "raw_tp/mark_victim",
-         victim_btf ? "not needed: twin mark_victim_btf attached" : "", false},
-    };
-    for (Hook& h : table) {
-      HookStatus st;
-      st.concern = name();
-      st.program = bpf_program__name(h.prog);
-      st.attach = h.attach;
-      if (!h.unused_reason.empty()) {
-        st.reason = h.unused_reason;
-        hooks_.push_back(st);
-        continue;
-      }
-      *h.link = bpf_program__attach(h.prog);
-      if (!*h.link) {
-        int err = errno;
-        if (h.required)
-          return make_error(fmt::format("failed to attach {}: {}", st.program, errno_text(err)));
-        st.reason = "attach failed: " + errno_text(err);
-      } else {
-        st.active = true;
-        if (h.prog == p.mark_victim_raw && !victim_has_task_) {
-          st.reason =
-              "victim known by pid only: no memory cgroup, and threads other than the main one are missed";
-        }
-      }
-      hooks_.push_back(st);
-    }
-    return true;
+  Result<bool> attach() override { return hooks_->attach(); }
+  std::vector<HookStatus> hooks() const override {
+    return hooks_ ? hooks_->hooks() : std::vector<HookStatus>{};
   }
-
-  std::vector<HookStatus> hooks() const override { return hooks_; }
 
  private:
-  Result<bool> try_load(const SharedMaps& maps, const LiveOptions& options) {
-    process_bpf__destroy(skel_);
-    skel_ = process_bpf__open();
-    if (!skel_) return make_error("open: " + errno_text(errno));
-    auto shared = maps.reuse_in(skel_->obj);
-    if (!shared) return shared;
-    skel_->rodata->ht_wakeup_bytes = options.wakeup_bytes;
-    skel_->rodata->page_shift =
-        static_cast<uint32_t>(__builtin_ctzl(static_cast<unsigned long>(sysconf(_SC_PAGESIZE))));
-    skel_->rodata->mark_victim_has_task = victim_has_task_;
-    bool fork_btf = use_btf_ && why_fork_raw_.empty();
-    bool signal_btf = use_btf_ && why_signal_raw_.empty();
-    bool victim_btf = use_btf_ && why_victim_raw_.empty();
-    bpf_program__set_autoload(skel_->progs.sched_process_fork_btf, fork_btf);
-    bpf_program__set_autoload(skel_->progs.sched_process_fork_raw, !fork_btf);
-    bpf_program__set_autoload(skel_->progs.signal_generate_btf, signal_btf);
-    bpf_program__set_autoload(skel_->progs.signal_generate_raw, !signal_btf);
-    bpf_program__set_autoload(skel_->progs.mark_victim_btf, victim_btf);
-    bpf_program__set_autoload(skel_->progs.mark_victim_raw, !victim_btf);
-    if (int err = process_bpf__load(skel_)) {
-      process_bpf__destroy(skel_);
-      skel_ = nullptr;
-      return make_error(
-          fmt::format("load ({}): {}", use_btf_ ? "tp_btf twins" : "raw_tp twins", errno_text(err)));
-    }
-    return true;
-  }
-
   process_bpf* skel_ = nullptr;
-  bool use_btf_ = true;
-  bool victim_has_task_ = false;
-  std::string why_fork_raw_, why_signal_raw_, why_victim_raw_;
-  std::vector<HookStatus> hooks_;
+  std::optional<TwinHooks> hooks_;
 };
 
 }  // namespace

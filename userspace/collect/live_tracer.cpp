@@ -49,28 +49,6 @@ int create_map(bpf_map_type type, const char* name, uint32_t key, uint32_t value
 
 }  // namespace
 
-Result<bool> attach_hooks(const char* concern, const std::vector<HookSpec>& specs,
-                          std::vector<HookStatus>& out) {
-  for (const HookSpec& h : specs) {
-    HookStatus st;
-    st.concern = concern;
-    st.program = bpf_program__name(h.prog);
-    st.attach = h.attach;
-    *h.link = bpf_program__attach(h.prog);
-    if (!*h.link) {
-      int err = errno;
-      *h.link = nullptr;
-      if (h.required)
-        return make_error(fmt::format("failed to attach {}: {}", st.program, std::strerror(err)));
-      st.reason = fmt::format("attach failed: {} ({})", std::strerror(err), h.without_it);
-    } else {
-      st.active = true;
-    }
-    out.push_back(st);
-  }
-  return true;
-}
-
 Result<bool> SharedMaps::reuse_in(struct bpf_object* obj) const {
   const std::pair<const char*, int> shared[] = {
       {"events", events}, {"traced_tgids", traced_tgids}, {"counters", counters}, {"stacks", stacks}};

@@ -65,20 +65,6 @@ struct SharedMaps {
   Result<bool> reuse_in(struct bpf_object* obj) const;
 };
 
-// One program to attach, for attach_hooks().
-struct HookSpec {
-  struct bpf_program* prog;
-  struct bpf_link** link;  // the skeleton's link slot
-  const char* attach;      // "raw_tp/sys_enter", for the listing
-  bool required;           // without it the concern reports nothing
-  const char* without_it;  // what is lost when an optional one fails
-};
-
-// Attaches each program and records a HookStatus for it; fails only when a
-// required one cannot attach ("failed to attach PROG: reason").
-Result<bool> attach_hooks(const char* concern, const std::vector<HookSpec>& specs,
-                          std::vector<HookStatus>& out);
-
 // A concern: one BPF object (skeleton) and its hooks. Implementations live in
 // userspace/collect/live_<concern>.cpp and are listed in live_tracer.cpp.
 class TracerModule {

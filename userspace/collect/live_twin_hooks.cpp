@@ -16,7 +16,6 @@ namespace {
 const std::string kHotStandby =
     "standby: sampled steady state (attached while a job looks stuck; --steady-state exact keeps it on)";
 
-
 // HANGTRACE_LIVE_NO_TP_BTF=1 makes these concerns take their raw_tp twins,
 // as on a kernel without tp_btf; the tests run both paths with it.
 bool no_tp_btf() {
@@ -28,10 +27,10 @@ bool no_tp_btf() {
 // into vmlinux BTF.
 std::vector<bool> btf_tracepoints(const std::vector<TwinSpec>& specs) {
   std::vector<bool> out(specs.size(), false);
-  if (no_tp_btf()) return out;
   btf* vmlinux = btf__load_vmlinux_btf();
   if (!vmlinux) return out;
   for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].raw_only) continue;
     std::string type = "btf_trace_" + specs[i].tp;
     out[i] = btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0;
   }
@@ -45,26 +44,31 @@ bpf_program* find_program(bpf_object* obj, const std::string& name) {
 
 }  // namespace
 
-TwinHooks::TwinHooks(std::string concern, std::vector<TwinSpec> specs) : concern_(std::move(concern)) {
+TwinHooks::TwinHooks(std::string concern, std::vector<TwinSpec> specs, bool obeys_no_tp_btf)
+    : concern_(std::move(concern)), obeys_no_tp_btf_(obeys_no_tp_btf) {
   for (auto& s : specs) hooks_spec_.push_back(Hook{std::move(s)});
 }
 
 Result<bool> TwinHooks::load(const std::function<Result<bpf_object*>()>& open,
                              const std::function<int()>& load, const std::function<void()>& destroy) {
+  const bool switched_off = obeys_no_tp_btf_ && no_tp_btf();
   std::vector<TwinSpec> specs;
   for (const Hook& h : hooks_spec_) specs.push_back(h.spec);
-  std::vector<bool> btf = btf_tracepoints(specs);
+  std::vector<bool> btf = switched_off ? std::vector<bool>(specs.size(), false) : btf_tracepoints(specs);
   bool any_btf = false;
   for (size_t i = 0; i < hooks_spec_.size(); ++i) {
-    hooks_spec_[i].btf_available = btf[i];
-    if (btf[i]) {
-      hooks_spec_[i].why_not_btf.clear();
-    } else if (no_tp_btf()) {
-      hooks_spec_[i].why_not_btf = "tp_btf disabled by HANGTRACE_LIVE_NO_TP_BTF";
+    Hook& h = hooks_spec_[i];
+    h.btf_available = btf[i] && h.spec.btf_unusable_because.empty();
+    if (h.spec.raw_only || h.btf_available) {
+      h.why_not_btf.clear();
+    } else if (switched_off) {
+      h.why_not_btf = "tp_btf disabled by HANGTRACE_LIVE_NO_TP_BTF";
+    } else if (!h.spec.btf_unusable_because.empty()) {
+      h.why_not_btf = h.spec.btf_unusable_because;
     } else {
-      hooks_spec_[i].why_not_btf = "tp_btf unavailable: no btf_trace_" + specs[i].tp + " in vmlinux BTF";
+      h.why_not_btf = "tp_btf unavailable: no btf_trace_" + specs[i].tp + " in vmlinux BTF";
     }
-    any_btf = any_btf || btf[i];
+    any_btf = any_btf || h.btf_available;
   }
 
   struct Try {
@@ -85,6 +89,16 @@ Result<bool> TwinHooks::load(const std::function<Result<bpf_object*>()>& open,
     for (Hook& h : hooks_spec_) {
       h.use_btf = t.btf && h.btf_available;
       h.loaded = h.spec.unwanted_because.empty() && (h.spec.required || t.optional);
+      if (h.spec.raw_only) {
+        bpf_program* p = find_program(obj, h.spec.base);
+        if (!p) {
+          destroy();
+          return make_error(
+              fmt::format("failed to load BPF {} tracer: program {} missing", concern_, h.spec.base));
+        }
+        bpf_program__set_autoload(p, h.loaded);
+        continue;
+      }
       bpf_program* pb = find_program(obj, h.spec.base + "_btf");
       bpf_program* pr = find_program(obj, h.spec.base + "_raw");
       if (!pb || !pr) {
@@ -118,11 +132,13 @@ Result<bool> TwinHooks::attach(bool hot) {
   detach();
   hooks_.clear();
   for (size_t i = 0; i < hooks_spec_.size(); ++i) {
-    const Hook& h = hooks_spec_[i];
-    for (bool btf : {true, false}) {
+    Hook& h = hooks_spec_[i];
+    h.status = hooks_.size();
+    // Its programs: the lone one, or the _btf twin then the _raw one.
+    for (bool btf : h.spec.raw_only ? std::vector<bool>{false} : std::vector<bool>{true, false}) {
       HookStatus st;
       st.concern = concern_;
-      st.program = h.spec.base + (btf ? "_btf" : "_raw");
+      st.program = h.spec.raw_only ? h.spec.base : h.spec.base + (btf ? "_btf" : "_raw");
       st.attach = (btf ? "tp_btf/" : "raw_tp/") + h.spec.tp;
       if (!h.loaded) {
         st.reason = h.why_not_loaded;
@@ -141,10 +157,15 @@ Result<bool> TwinHooks::attach(bool hot) {
   return true;
 }
 
+HookStatus& TwinHooks::chosen_status(size_t index) {
+  const Hook& h = hooks_spec_[index];
+  return hooks_[h.status + (h.spec.raw_only || h.use_btf ? 0 : 1)];
+}
+
 Result<bool> TwinHooks::attach_one(size_t index, bool required_fails) {
   const Hook& h = hooks_spec_[index];
   if (!h.loaded) return true;
-  HookStatus& st = hooks_[2 * index + (h.use_btf ? 0 : 1)];
+  HookStatus& st = chosen_status(index);
   bpf_link* link = bpf_program__attach(find_program(obj_, st.program));
   if (!link) {
     int err = errno;
@@ -158,7 +179,7 @@ Result<bool> TwinHooks::attach_one(size_t index, bool required_fails) {
   }
   links_.emplace_back(index, link);
   st.active = true;
-  st.reason.clear();
+  st.reason = h.use_btf ? std::string() : h.spec.raw_caveat;
   return true;
 }
 
@@ -172,8 +193,8 @@ void TwinHooks::detach_one(size_t index, const std::string& why) {
     }
   }
   const Hook& h = hooks_spec_[index];
-  if (!h.loaded || hooks_.size() < 2 * index + 2) return;
-  HookStatus& st = hooks_[2 * index + (h.use_btf ? 0 : 1)];
+  if (!h.loaded || hooks_.size() < h.status + (h.spec.raw_only ? 1 : 2)) return;
+  HookStatus& st = chosen_status(index);
   st.active = false;
   st.reason = why;
 }

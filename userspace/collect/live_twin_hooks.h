@@ -1,6 +1,7 @@
-// Loading and attaching a concern whose hooks are all twins: one handler
-// compiled as <base>_btf (SEC tp_btf/<tp>) and <base>_raw (SEC raw_tp/<tp>).
-// Used by the shm, net and memory concerns.
+// Loading and attaching a concern's tracepoint hooks: twins (one handler
+// compiled as <base>_btf (SEC tp_btf/<tp>) and <base>_raw (SEC raw_tp/<tp>))
+// and lone raw_tp programs. Used by every concern that hooks tracepoints
+// (process, syscalls, sched, shm, net, memory): the one attach path.
 //
 // Load tries, best first: tp_btf for every tracepoint that vmlinux BTF
 // describes; raw_tp for all; raw_tp for the required hooks only (an optional
@@ -30,11 +31,22 @@ struct TwinSpec {
   // It runs on every syscall, context switch or wakeup of the machine: the
   // daemon's sampled steady state keeps it loaded but detached (set_hot).
   bool hot = false;
+  // No twin: one program <base> on raw_tp/<tp>.
+  bool raw_only = false;
+  // Set: the tp_btf twin is not used, for this reason -- what the
+  // btf_trace_<tp> typedef alone does not tell (the tracepoint's arguments
+  // on this kernel).
+  std::string btf_unusable_because = {};
+  // Set: said of the raw_tp twin when it is the one attached (what it
+  // cannot see).
+  std::string raw_caveat = {};
 };
 
 class TwinHooks {
  public:
-  TwinHooks(std::string concern, std::vector<TwinSpec> specs);
+  // `obeys_no_tp_btf`: HANGTRACE_LIVE_NO_TP_BTF=1 makes it take the raw_tp
+  // twins (the tests' switch for the concerns whose raw path they check).
+  TwinHooks(std::string concern, std::vector<TwinSpec> specs, bool obeys_no_tp_btf = true);
   ~TwinHooks() { detach(); }
   TwinHooks(const TwinHooks&) = delete;
   TwinHooks& operator=(const TwinHooks&) = delete;
@@ -63,14 +75,17 @@ class TwinHooks {
     bool loaded = false;         // loaded in the chosen variant
     std::string why_not_btf;
     std::string why_not_loaded;
+    size_t status = 0;  // its first entry in hooks_ (the _btf twin's, or the lone program's)
   };
   std::string concern_;
+  bool obeys_no_tp_btf_ = true;
   std::vector<Hook> hooks_spec_;
   bpf_object* obj_ = nullptr;
   std::vector<std::pair<size_t, bpf_link*>> links_;  // (hook index, its link)
-  std::vector<HookStatus> hooks_;                    // two per hook: the _btf and _raw twins
+  std::vector<HookStatus> hooks_;                    // per hook: the _btf and _raw twins, or the lone program
   bool hot_attached_ = false;
   Result<bool> attach_one(size_t index, bool required_fails);
+  HookStatus& chosen_status(size_t index);
   void detach_one(size_t index, const std::string& why);
 };
 

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -23,7 +22,7 @@
 
 #include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
-#include "hangtrace/text.h"
+#include "native_symbols.h"
 
 namespace hangtrace {
 
@@ -37,9 +36,6 @@ constexpr size_t kPage = 4096;
 // Dwfls kept alive across processes and captures; each pins its modules'
 // CFI and symbol tables (tens of MB for a PyTorch process).
 constexpr size_t kMaxSessions = 8;
-constexpr size_t kMaxSymbolCache = 1 << 16;
-constexpr size_t kMaxSymbolIndexes = 64;
-constexpr size_t kMaxFunctionChars = 200;
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -178,17 +174,6 @@ std::string dwfl_error() {
 
 int sp_regno(uint16_t machine) { return machine == EM_AARCH64 ? 31 : 7; }
 
-std::string hex(const unsigned char* bits, int len) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(static_cast<size_t>(len) * 2);
-  for (int i = 0; i < len; ++i) {
-    out.push_back(digits[bits[i] >> 4]);
-    out.push_back(digits[bits[i] & 0xf]);
-  }
-  return out;
-}
-
 // The executable file mappings (and the vDSO) of a process: two processes
 // with the same ones run the same code at the same addresses, so one Dwfl
 // (modules, CFI, symbol tables) serves both. Data mappings (/dev/shm
@@ -228,134 +213,6 @@ struct Session {
   }
 };
 
-// A module's function symbols sorted by address, built once per build-id.
-// dwfl_module_addrinfo scans the whole symbol table on every lookup (~1.5 ms
-// for a static function of python3.11, far more in libtorch_cpu.so); this
-// costs one scan, then a binary search. Names are copied so the index does
-// not depend on any Dwfl (or open file) staying alive.
-struct SymbolIndex {
-  struct Entry {
-    uint64_t start;  // ELF virtual address (load bias removed)
-    uint64_t size;
-    uint32_t name;  // offset into names
-    uint8_t rank;   // GLOBAL 2, WEAK 1, LOCAL 0: which of several at one address names it
-  };
-  std::vector<Entry> entries;
-  std::string names;
-
-  void add(const GElf_Sym& sym, uint64_t start, const char* name) {
-    if (!name || !*name || sym.st_shndx == SHN_UNDEF) return;
-    int type = GELF_ST_TYPE(sym.st_info);
-    if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE) return;
-    int bind = GELF_ST_BIND(sym.st_info);
-    uint8_t rank = bind == STB_GLOBAL ? 2 : bind == STB_WEAK ? 1 : 0;
-    entries.push_back({start, sym.st_size, static_cast<uint32_t>(names.size()), rank});
-    names.append(name);
-    names.push_back('\0');
-  }
-
-  // The separate debug file's .symtab (installed -dbg packages) has the
-  // static functions a stripped library lacks. Read with libelf and closed
-  // again: the cached Dwfls never look for debug files, so they hold no fds.
-  bool add_debug_file(const std::string& build_id) {
-    if (build_id.size() < 4) return false;
-    std::string path =
-        "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
-    return add_elf_file(path, SHT_SYMTAB);
-  }
-
-  // The function symbols of the ELF at `path` from its sections of `type`
-  // (SHT_SYMTAB; with 0, .symtab and .dynsym both), by ELF virtual address.
-  bool add_elf_file(const std::string& path, uint32_t type) {
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-    bool found = false;
-    for (Elf_Scn* scn = elf ? elf_nextscn(elf, nullptr) : nullptr; scn; scn = elf_nextscn(elf, scn)) {
-      GElf_Shdr shdr;
-      if (!gelf_getshdr(scn, &shdr) || shdr.sh_entsize == 0) continue;
-      if (type ? shdr.sh_type != type : shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      if (!data) continue;
-      size_t n = shdr.sh_size / shdr.sh_entsize;
-      for (size_t i = 0; i < n; ++i) {
-        GElf_Sym sym;
-        if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
-        add(sym, sym.st_value, elf_strptr(elf, shdr.sh_link, sym.st_name));
-      }
-      found = true;
-    }
-    if (elf) elf_end(elf);
-    close(fd);
-    return found;
-  }
-
-  static std::shared_ptr<SymbolIndex> build(Dwfl_Module* mod, Dwarf_Addr bias, const std::string& build_id) {
-    auto index = std::make_shared<SymbolIndex>();
-    if (!index->add_debug_file(build_id)) {
-      int n = dwfl_module_getsymtab(mod);
-      for (int i = 0; i < n; ++i) {
-        GElf_Sym sym;
-        GElf_Addr addr = 0;
-        const char* name = dwfl_module_getsym_info(mod, i, &sym, &addr, nullptr, nullptr, nullptr);
-        if (addr >= bias) index->add(sym, addr - bias, name);
-      }
-    }
-    index->finish();
-    return index;
-  }
-
-  // From the files alone (no process, no Dwfl): the debug file's .symtab
-  // when installed, else the ELF's own .symtab and .dynsym.
-  static std::shared_ptr<SymbolIndex> build_from_file(const std::string& path, const std::string& build_id) {
-    auto index = std::make_shared<SymbolIndex>();
-    if (!index->add_debug_file(build_id)) index->add_elf_file(path, 0);
-    index->finish();
-    return index;
-  }
-
-  void finish() {
-    auto& e = entries;
-    std::sort(e.begin(), e.end(), [](const Entry& a, const Entry& b) {
-      if (a.start != b.start) return a.start < b.start;
-      if (a.rank != b.rank) return a.rank > b.rank;
-      return a.size > b.size;
-    });
-    // Aliases: keep the best-ranked name per address.
-    e.erase(
-        std::unique(e.begin(), e.end(), [](const Entry& a, const Entry& b) { return a.start == b.start; }),
-        e.end());
-    e.shrink_to_fit();
-  }
-
-  // The symbol covering `addr`: the nearest one at or below it whose size
-  // reaches it (a few back, for symbols nested in a larger one), else a
-  // sized-0 symbol right below (hand-written assembly often has no size).
-  const Entry* find(uint64_t addr) const {
-    auto it = std::upper_bound(entries.begin(), entries.end(), addr,
-                               [](uint64_t a, const Entry& e) { return a < e.start; });
-    if (it == entries.begin()) return nullptr;
-    auto nearest = std::prev(it);
-    if (nearest->size == 0) return &*nearest;
-    for (auto c = nearest;; --c) {
-      if (c->size && addr < c->start + c->size) return &*c;
-      if (c == entries.begin() || nearest - c >= 8) break;
-    }
-    return nullptr;
-  }
-};
-
-struct SymbolKey {
-  std::string build_id;
-  uint64_t offset;
-  bool operator==(const SymbolKey&) const = default;
-};
-struct SymbolKeyHash {
-  size_t operator()(const SymbolKey& k) const {
-    return std::hash<std::string>()(k.build_id) ^ (std::hash<uint64_t>()(k.offset) * 0x9e3779b97f4a7c15ull);
-  }
-};
-
 struct RawFrame {
   Dwarf_Addr pc = 0;
   bool activation = false;
@@ -390,62 +247,14 @@ int cb_frame(Dwfl_Frame* frame, void* arg) {
 struct NativeStackCache::Impl {
   mutable std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Session>> sessions;  // by code_signature
-  std::unordered_map<SymbolKey, std::string, SymbolKeyHash> symbols;
-  std::unordered_map<std::string, std::shared_ptr<SymbolIndex>> indexes;  // by build-id
+  NativeSymbolizer symbolizer;
   uint64_t clock = 0;
   NativeStackStats stats;
 
   Result<Session*> session_for(int mem_pid);
   const ModuleMeta& module_meta(Session& s, Dwfl_Module* mod);
-  std::string symbolize(Session& s, Dwfl_Module* mod, const ModuleMeta& meta, Dwarf_Addr lookup);
   void unwind_thread(Session& s, ThreadInfo& t);
-  // Per module file: its build-id and how file offsets map to ELF virtual
-  // addresses (the executable PT_LOAD segments), read once.
-  struct FileMeta {
-    bool ok = false;
-    std::string build_id;
-    std::vector<std::array<uint64_t, 3>> segments;  // {p_offset, p_filesz, p_vaddr}
-  };
-  std::unordered_map<std::string, FileMeta> files;  // by path
-  const FileMeta& file_meta(const std::string& path);
 };
-
-const NativeStackCache::Impl::FileMeta& NativeStackCache::Impl::file_meta(const std::string& path) {
-  auto it = files.find(path);
-  if (it != files.end()) return it->second;
-  if (files.size() >= kMaxSymbolIndexes * 4) files.clear();
-  FileMeta m;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  Elf* elf = fd >= 0 ? elf_begin(fd, ELF_C_READ_MMAP, nullptr) : nullptr;
-  size_t phnum = 0;
-  if (elf && elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
-        m.segments.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
-    }
-    // The GNU build-id note, from the section headers (present in every
-    // distribution ELF; libdw is not needed for one note).
-    for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn && m.build_id.empty(); scn = elf_nextscn(elf, scn)) {
-      GElf_Shdr shdr;
-      if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_NOTE) continue;
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      GElf_Nhdr nh;
-      size_t off = 0, name_off = 0, desc_off = 0;
-      while (data && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
-        if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
-            std::memcmp(static_cast<const char*>(data->d_buf) + name_off, "GNU", 4) == 0) {
-          m.build_id = hex(static_cast<const unsigned char*>(data->d_buf) + desc_off, nh.n_descsz);
-          break;
-        }
-      }
-    }
-    m.ok = !m.segments.empty();
-  }
-  if (elf) elf_end(elf);
-  if (fd >= 0) close(fd);
-  return files.emplace(path, std::move(m)).first->second;
-}
 
 Result<Session*> NativeStackCache::Impl::session_for(int mem_pid) {
   std::string error;
@@ -491,45 +300,10 @@ const ModuleMeta& NativeStackCache::Impl::module_meta(Session& s, Dwfl_Module* m
   const unsigned char* bits = nullptr;
   GElf_Addr vaddr = 0;
   int len = dwfl_module_build_id(mod, &bits, &vaddr);
-  if (len > 0 && bits) m.build_id = hex(bits, len);
+  if (len > 0 && bits) m.build_id = elf::hex(bits, static_cast<size_t>(len));
   Dwarf_Addr bias = 0;
   m.bias = dwfl_module_getelf(mod, &bias) ? bias : start;
   return s.modules.emplace(mod, std::move(m)).first->second;
-}
-
-std::string NativeStackCache::Impl::symbolize(Session& s, Dwfl_Module* mod, const ModuleMeta& meta,
-                                              Dwarf_Addr lookup) {
-  (void)s;
-  // Without a build-id nothing says two files are the same: look up, don't cache.
-  std::optional<SymbolKey> key;
-  if (!meta.build_id.empty()) {
-    key = SymbolKey{meta.build_id, lookup - meta.bias};
-    if (auto it = symbols.find(*key); it != symbols.end()) {
-      ++stats.symbol_cache_hits;
-      return it->second;
-    }
-    ++stats.symbol_cache_misses;
-  }
-  const char* name = nullptr;
-  if (key) {
-    auto it = indexes.find(meta.build_id);
-    if (it == indexes.end()) {
-      if (indexes.size() >= kMaxSymbolIndexes) indexes.clear();
-      it = indexes.emplace(meta.build_id, SymbolIndex::build(mod, meta.bias, meta.build_id)).first;
-    }
-    const SymbolIndex& idx = *it->second;
-    if (const SymbolIndex::Entry* e = idx.find(lookup - meta.bias)) name = idx.names.data() + e->name;
-  } else {
-    GElf_Off offset = 0;
-    GElf_Sym sym;
-    name = dwfl_module_addrinfo(mod, lookup, &offset, &sym, nullptr, nullptr, nullptr);
-  }
-  std::string function = name && *name ? demangle(name, kMaxFunctionChars) : std::string();
-  if (key) {
-    if (symbols.size() >= kMaxSymbolCache) symbols.clear();
-    symbols.emplace(std::move(*key), function);
-  }
-  return function;
 }
 
 void NativeStackCache::Impl::unwind_thread(Session& s, ThreadInfo& t) {
@@ -575,7 +349,7 @@ void NativeStackCache::Impl::unwind_thread(Session& s, ThreadInfo& t) {
       f.file = meta.path;
       f.build_id = meta.build_id;
       f.module_offset = raw.pc - meta.bias;
-      f.function = symbolize(s, mod, meta, lookup);
+      f.function = symbolizer.name_in_module(mod, meta.bias, meta.build_id, lookup, stats);
       if (!f.function.empty()) ++stats.frames_symbolized;
     }
     t.native_stack.push_back(std::move(f));
@@ -624,37 +398,7 @@ void NativeStackCache::symbolize_file_frames(std::vector<UserFrame>& frames) {
     UserFrame& f = frames[i];
     if (f.kind != UserFrame::Kind::Native || !f.function.empty() || f.file.empty() || f.file[0] != '/')
       continue;
-    const Impl::FileMeta& m = impl_->file_meta(f.file);
-    if (!m.ok) continue;
-    uint64_t offset = f.module_offset;
-    auto seg = std::find_if(m.segments.begin(), m.segments.end(),
-                            [&](const auto& s) { return offset >= s[0] && offset < s[0] + s[1]; });
-    if (seg == m.segments.end()) continue;
-    uint64_t vaddr = offset - (*seg)[0] + (*seg)[2];
-    f.module_offset = vaddr;
-    f.build_id = m.build_id;
-    // A return address points after its call: look up the call (the
-    // innermost frame is where the thread is, not a return address).
-    uint64_t lookup = i == 0 ? vaddr : vaddr - 1;
-    if (m.build_id.empty()) continue;
-    SymbolKey key{m.build_id, lookup};
-    auto hit = impl_->symbols.find(key);
-    if (hit != impl_->symbols.end()) {
-      ++impl_->stats.symbol_cache_hits;
-      f.function = hit->second;
-      continue;
-    }
-    ++impl_->stats.symbol_cache_misses;
-    auto idx = impl_->indexes.find(m.build_id);
-    if (idx == impl_->indexes.end()) {
-      if (impl_->indexes.size() >= kMaxSymbolIndexes) impl_->indexes.clear();
-      idx = impl_->indexes.emplace(m.build_id, SymbolIndex::build_from_file(f.file, m.build_id)).first;
-    }
-    const SymbolIndex::Entry* e = idx->second->find(lookup);
-    std::string function = e ? demangle(idx->second->names.data() + e->name, kMaxFunctionChars) : std::string();
-    if (impl_->symbols.size() >= kMaxSymbolCache) impl_->symbols.clear();
-    impl_->symbols.emplace(std::move(key), function);
-    f.function = std::move(function);
+    impl_->symbolizer.name_file_frame(f, i == 0, impl_->stats);
   }
 }
 

@@ -8,7 +8,8 @@
 // alone is ~120 MB). So one NativeStackCache keeps a Dwfl per distinct set of
 // executable mappings (forked DataLoader workers share their parent's) and a
 // symbol cache keyed by (build-id, offset in module); it outlives a capture so
-// the next one in the same hangtrace process starts warm.
+// the next one in the same hangtrace process starts warm. The names come
+// from native_symbols (on elf_symbols' sorted address index).
 #pragma once
 
 #include <cstdint>

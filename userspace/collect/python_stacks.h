@@ -16,7 +16,10 @@
 // builds); 3.13 from the _Py_DebugOffsets table CPython keeps at the start of
 // _PyRuntime for out-of-process tools. Other versions get a one-line error.
 //
-// The line-table decoders are header-only so that unit tests, which link only
+// Where each part lives: python_runtime.cpp finds _PyRuntime (on
+// elf_symbols), python_offsets.cpp holds the per-version layouts,
+// python_stacks.cpp walks the thread states and frames. The line-table
+// decoders are header-only so that unit tests, which link only
 // hangtrace_core, can exercise them.
 #pragma once
 

@@ -54,10 +54,6 @@ const char* gpu_fn_name(uint32_t fn) {
   }
 }
 
-bool gpu_fn_is_launch(uint32_t fn) {
-  return fn == HT_GPU_LAUNCH_KERNEL || fn == HT_GPU_LAUNCH_KERNEL_EX || fn == HT_GPU_LAUNCH_COOPERATIVE;
-}
-
 bool gpu_fn_is_host_wait(uint32_t fn) {
   return fn == HT_GPU_CTX_SYNCHRONIZE || fn == HT_GPU_STREAM_SYNCHRONIZE || fn == HT_GPU_EVENT_SYNCHRONIZE ||
          fn == HT_GPU_MEMCPY || fn == HT_GPU_MEMSET;

@@ -12,13 +12,13 @@
 // Prints "READY <P> <C> <H>" once the child exists, then everything blocks
 // forever (P in wait4, H in pause, C in futex).
 #include <pthread.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+
+#include "repro.h"
 
 static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;  // private, normal
 static pthread_mutex_t g_ready_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,14 +49,9 @@ int main() {
   pthread_mutex_unlock(&g_ready_mu);
 
   pid_t parent = getpid();
-  pid_t child = fork();
-  if (child < 0) {
-    perror("fork");
-    return 1;
-  }
+  pid_t child = repro::fork_tied_child();
+  if (child < 0) return 1;
   if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
     pthread_mutex_lock(&g_mutex);  // blocks forever: the owner is not in this process
     pthread_mutex_unlock(&g_mutex);
     _exit(0);

@@ -10,15 +10,10 @@
 
 #include <cstdio>
 
+#include "repro.h"
+
 int main() {
-  sigset_t usr1;
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  sigprocmask(SIG_BLOCK, &usr1, nullptr);
-  std::printf("READY %d\n", static_cast<int>(getpid()));
-  std::fflush(stdout);
-  int sig = 0;
-  sigwait(&usr1, &sig);
+  repro::ready_then_wait_for_usr1();
 
   pid_t c = fork();
   if (c < 0) return 1;

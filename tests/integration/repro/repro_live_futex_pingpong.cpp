@@ -20,6 +20,8 @@
 #include <string_view>
 #include <thread>
 
+#include "repro.h"
+
 namespace {
 
 alignas(64) uint32_t a_word = 0;   // A sleeps here
@@ -44,15 +46,6 @@ void wake_one(uint32_t* word) {
   while (futex(word, FUTEX_WAKE_PRIVATE, 1, nullptr) != 1) sched_yield();
 }
 
-bool read_line(int fd) {
-  char c;
-  for (;;) {
-    ssize_t n = read(fd, &c, 1);
-    if (n <= 0) return false;
-    if (c == '\n') return true;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,7 +55,7 @@ int main(int argc, char** argv) {
   std::printf("READY pid=%d a_word=%#lx b_word=%#lx\n", getpid(), reinterpret_cast<unsigned long>(&a_word),
               reinterpret_cast<unsigned long>(&b_word));
   std::fflush(stdout);
-  if (!read_line(gate)) return 1;
+  if (!repro::read_line(gate)) return 1;
 
   std::thread b([&] {
     b_tid = static_cast<int>(gettid());
@@ -92,6 +85,6 @@ int main(int argc, char** argv) {
   }
   std::printf("DONE a_tid=%d b_tid=%d\n", a_tid.load(), b_tid.load());
   std::fflush(stdout);
-  read_line(gate);  // stays until killed
+  repro::read_line(gate);  // stays until killed
   return 0;
 }

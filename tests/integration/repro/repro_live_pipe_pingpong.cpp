@@ -4,25 +4,12 @@
 //   READY parent=PID child=PID p2c_r=FD p2c_w=FD c2p_r=FD c2p_w=FD
 //   (line on GATE_FD)
 //   DONE
-#include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 
-namespace {
-
-bool read_line(int fd) {
-  char c;
-  for (;;) {
-    ssize_t n = read(fd, &c, 1);
-    if (n <= 0) return false;
-    if (c == '\n') return true;
-  }
-}
-
-}  // namespace
+#include "repro.h"
 
 int main(int argc, char** argv) {
   int gate = argc > 1 ? std::atoi(argv[1]) : 0;
@@ -30,11 +17,9 @@ int main(int argc, char** argv) {
   int p2c[2], c2p[2];
   if (pipe(p2c) != 0 || pipe(c2p) != 0) return 1;
   pid_t parent = getpid();
-  pid_t child = fork();
+  pid_t child = repro::fork_tied_child();
   if (child < 0) return 1;
   if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(0);
     char byte;
     for (;;) {
       if (read(p2c[0], &byte, 1) != 1) _exit(0);
@@ -44,13 +29,13 @@ int main(int argc, char** argv) {
   std::printf("READY parent=%d child=%d p2c_r=%d p2c_w=%d c2p_r=%d c2p_w=%d\n", parent, child, p2c[0], p2c[1],
               c2p[0], c2p[1]);
   std::fflush(stdout);
-  if (!read_line(gate)) return 1;
+  if (!repro::read_line(gate)) return 1;
   char byte = 'x';
   for (int i = 0; i < rounds; ++i) {
     if (write(p2c[1], &byte, 1) != 1 || read(c2p[0], &byte, 1) != 1) return 1;
   }
   std::printf("DONE\n");
   std::fflush(stdout);
-  read_line(gate);  // stays until killed
+  repro::read_line(gate);  // stays until killed
   return 0;
 }

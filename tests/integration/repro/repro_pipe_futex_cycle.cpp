@@ -12,13 +12,13 @@
 // Prints "READY <P> <C>" once both are in place, then both block forever.
 // The test checks /proc for P in read(2) and C in futex(2) before it looks.
 #include <pthread.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+
+#include "repro.h"
 
 int main() {
   // The mutex lives in memory that both processes share after fork().
@@ -43,14 +43,9 @@ int main() {
   pthread_mutex_lock(m);  // P owns the mutex before the child exists
 
   pid_t parent = getpid();
-  pid_t child = fork();
-  if (child < 0) {
-    perror("fork");
-    return 1;
-  }
+  pid_t child = repro::fork_tied_child();
+  if (child < 0) return 1;
   if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
     close(fds[0]);          // C only writes
     pthread_mutex_lock(m);  // blocks: P holds it
     const char byte = 'x';
