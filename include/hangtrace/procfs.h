@@ -23,14 +23,15 @@
 #include <utility>
 #include <vector>
 
+#include "hangtrace/abi.h"
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
 #include "hangtrace/text.h"  // tcp_state_name
 
 namespace hangtrace::procfs {
 
-constexpr uint32_t kPfKthread = 0x00200000;  // PF_KTHREAD in stat field 9
-constexpr uint32_t kPfExiting = 0x00000004;  // PF_EXITING
+constexpr uint32_t kPfKthread = HT_PF_KTHREAD;  // stat field 9's PF_* bits
+constexpr uint32_t kPfExiting = HT_PF_EXITING;
 
 // ---- /proc/PID/stat and /proc/PID/task/TID/stat --------------------------
 struct ProcStat {
@@ -175,6 +176,12 @@ struct FileId {
   auto operator<=>(const FileId&) const = default;
 };
 Result<FileId> stat_file(const std::string& path, int* errno_out = nullptr);
+// The file and its size in bytes (stat(2), following links).
+struct FileStat {
+  FileId id;
+  uint64_t size_bytes = 0;
+};
+Result<FileStat> examine_file(const std::string& path, int* errno_out = nullptr);
 
 // How full the filesystem holding a path is.
 struct FsUsage {
@@ -197,6 +204,9 @@ class ProcFs {
   // namespace (a container's libraries and /dev/shm, not ours).
   std::string root_path(int pid, std::string_view path) const;
   std::string namespace_path(int pid, std::string_view ns) const;  // ROOT/PID/ns/NS
+  // ROOT/PID/map_files/START-END: opens what is mapped there even when its
+  // path does not resolve (another mount namespace, a deleted file).
+  std::string map_file_path(int pid, uint64_t start, uint64_t end) const;
 
   // ---- a process and its threads ----
   Result<ProcStat> stat(int pid, int* err = nullptr) const;
@@ -211,6 +221,7 @@ class ProcFs {
   Result<std::string> environ(int pid, int* err = nullptr) const;  // raw "K=V\0..." bytes, at most 4 MiB
   Result<std::string> comm(int pid, int* err = nullptr) const;
   Result<std::string> cgroup(int pid, int* err = nullptr) const;  // the raw text
+  Result<std::string> limits(int pid, int* err = nullptr) const;  // the raw text
   Result<std::string> exe(int pid, int* err = nullptr) const;     // the link text
   Result<FileId> exe_file(int pid, int* err = nullptr) const;     // the file it names
   Result<uint64_t> namespace_inode(int pid, const std::string& ns, int* err = nullptr) const;
@@ -224,6 +235,7 @@ class ProcFs {
   Result<std::vector<int>> fds(int pid, int* err = nullptr) const;
   Result<std::string> fd_link(int pid, int fd, int* err = nullptr) const;  // "pipe:[N]", "/dev/shm/x", ...
   Result<FileId> fd_file(int pid, int fd, int* err = nullptr) const;       // the open file itself
+  Result<FileStat> fd_stat(int pid, int fd, int* err = nullptr) const;     // ... and its size
   Result<FdInfo> fdinfo(int pid, int fd, int* err = nullptr) const;
 
   // ---- sockets, as the network namespace of `pid` shows them ----
@@ -236,6 +248,12 @@ class ProcFs {
   Result<std::string> self_exe(int* err = nullptr) const;
   Result<FileId> self_exe_file(int* err = nullptr) const;
   Result<uint64_t> self_rss_bytes(int* err = nullptr) const;  // from statm
+  Result<std::string> self_limits(int* err = nullptr) const;  // the raw text
+  Result<std::string> self_status(int* err = nullptr) const;  // the raw text
+  // ROOT/kallsyms, the kernel's symbols (about 10 MiB; at most 64 MiB read).
+  Result<std::string> kallsyms(int* err = nullptr) const;
+  // ROOT/sys/kernel/osrelease, trimmed: "6.1.0-18-amd64".
+  Result<std::string> kernel_release(int* err = nullptr) const;
   // The calling thread's namespace (hangtrace's own view of the network).
   Result<uint64_t> thread_self_namespace_inode(const std::string& ns, int* err = nullptr) const;
 

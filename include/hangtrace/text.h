@@ -37,6 +37,11 @@ std::string format_utc_clock(double unix_seconds);
 // "20240501T120000Z": sorts as text, safe in a file name.
 std::string format_utc_stamp(double unix_seconds);
 
+// ---- plain text -------------------------------------------------------------------
+inline constexpr std::string_view kWhitespace = " \t\n\r\v\f";
+// `s` without the leading and trailing characters of `blanks`.
+std::string_view trim(std::string_view s, std::string_view blanks = kWhitespace);
+
 // ---- UTF-8 and XML ----------------------------------------------------------------
 // Length of the valid UTF-8 sequence at s[i], 0 when it is not one.
 size_t utf8_sequence(std::string_view s, size_t i);

@@ -34,8 +34,7 @@ std::string segment_line(uint64_t start, uint64_t bytes, uint64_t inode, const s
 }
 
 FakeHost::FakeHost() {
-  char tmpl[] = "/tmp/hangtrace-doctor-test.XXXXXX";
-  root_ = mkdtemp(tmpl);
+  root_ = dir_.path.string();
   proc_ = root_ + "/proc";
   sys_ = root_ + "/sys";
   write(proc_ + "/self/limits", limits_text("1024", "524288", "8388608"));
@@ -44,7 +43,7 @@ FakeHost::FakeHost() {
   write(sys_ + "/kernel/btf/vmlinux", std::string(4096, 'b'));
 }
 
-FakeHost::~FakeHost() { fs::remove_all(root_); }
+FakeHost::~FakeHost() = default;
 
 void FakeHost::write(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

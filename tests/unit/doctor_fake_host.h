@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hangtrace/doctor.h"
+#include "temp_dir.h"
 
 namespace hangtrace::doctor::testing {
 
@@ -69,6 +70,7 @@ class FakeHost {
   mutable std::string measured_path_;  // what the statvfs was last asked for
 
  private:
+  ::hangtrace::testing::TempDir dir_{"hangtrace-doctor-test"};
   std::string root_, proc_, sys_;
 };
 

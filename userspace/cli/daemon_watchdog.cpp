@@ -46,7 +46,7 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
   ThreadInfo main;
   main.tid = job.root;
   p.threads.push_back(main);
-  collect_python_stacks(p, job.root, proc_.pid_path(job.root));
+  collect_python_stacks(p, proc_, job.root);
   sample.python_frames = daemon::python_frames_fingerprint(p.threads.front().python_stack);
 
   std::string moved = job.watch->update(sample);

@@ -1,4 +1,5 @@
 #include "mapped_modules.h"
+#include "hangtrace/text.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,15 +15,10 @@ constexpr uint64_t kMinWindowPassGapNs = 500'000'000ull;
 // A pass over every traced process's maps may take this share of one core.
 constexpr uint64_t kWindowPassCostDivisor = 100;
 
-std::string_view base_name(std::string_view path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 ModuleKind module_kind(std::string_view path) {
-  std::string_view file = base_name(path);
+  const std::string file = basename_of(path);
   if (file.starts_with("libcuda.so")) return ModuleKind::Cuda;
   if (file.starts_with("libnccl.so")) return ModuleKind::Nccl;
   if (file == kCuptiInjectionLibraryName) return ModuleKind::Cupti;

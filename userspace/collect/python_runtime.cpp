@@ -17,12 +17,11 @@
 #include "hangtrace/procfs.h"
 #include "procmem.h"
 #include "python_offsets.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace::python {
 
 namespace {
-
-constexpr size_t kMaxMapsBytes = size_t{64} << 20;
 
 // ---- ELF: _PyRuntime and Py_Version ---------------------------------------
 
@@ -94,7 +93,7 @@ ElfInfo cached_elf(const std::string& path, uint64_t inode) {
 
 // "libpython3.11.so.1.0" / "python3.11" -> {3, 11}.
 std::optional<std::pair<int, int>> version_from_name(const std::string& path) {
-  std::string base = path.substr(path.rfind('/') + 1);
+  std::string base = basename_of(path);
   size_t at = base.find("python");
   if (at == std::string::npos) return std::nullopt;
   int major = 0, minor = 0;
@@ -103,7 +102,7 @@ std::optional<std::pair<int, int>> version_from_name(const std::string& path) {
 }
 
 bool python_file(const std::string& path) {
-  std::string base = path.substr(path.rfind('/') + 1);
+  std::string base = basename_of(path);
   return base.rfind("libpython", 0) == 0 || base.rfind("python", 0) == 0;
 }
 
@@ -174,11 +173,10 @@ Result<uint64_t> scan_for_runtime(int mem_pid, const std::vector<Mapping>& maps,
 
 }  // namespace
 
-Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir, bool use_symbols) {
-  auto text = procfs::read_text_file(proc_dir + "/maps", nullptr, kMaxMapsBytes);
-  if (!text) return make_error(fmt::format("no memory maps: {}", text.error()));
-  auto maps = procfs::parse_maps(*text);
-  if (!maps) return make_error(fmt::format("memory maps unreadable: {}", maps.error()));
+Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols) {
+  const int mem_pid = pid;
+  auto maps = fs.maps(pid);
+  if (!maps) return make_error(fmt::format("no memory maps: {}", maps.error()));
   // Candidate files, libpython first (a python linked against it has no
   // _PyRuntime of its own), each with its lowest mapping.
   std::vector<const Mapping*> candidates;
@@ -186,7 +184,7 @@ Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir, b
   for (int pass = 0; pass < 2; ++pass) {
     for (const auto& m : *maps) {
       if (m.path.empty() || m.path[0] != '/' || !python_file(m.path)) continue;
-      std::string base = m.path.substr(m.path.rfind('/') + 1);
+      std::string base = basename_of(m.path);
       if ((base.rfind("libpython", 0) == 0) != (pass == 0)) continue;
       if (!seen.insert(m.path).second) continue;
       candidates.push_back(&m);
@@ -198,13 +196,12 @@ Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir, b
     const Mapping* lowest = first;
     for (const auto& m : *maps)
       if (m.path == first->path && m.offset < lowest->offset) lowest = &m;
-    std::string file = proc_dir + "/root" + first->path;
+    std::string file = fs.root_path(pid, first->path);
     ElfInfo elf = cached_elf(file, lowest->inode);
     if (!elf.ok) {
       // The path may not resolve (another mount namespace, a deleted or
       // replaced file); map_files opens what is mapped.
-      elf = cached_elf(fmt::format("{}/map_files/{:x}-{:x}", proc_dir, lowest->start, lowest->end),
-                       lowest->inode);
+      elf = cached_elf(fs.map_file_path(pid, lowest->start, lowest->end), lowest->inode);
     }
     if (!elf.ok) {
       last_error = elf.error;
@@ -250,9 +247,7 @@ Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir, b
       loc.runtime = elf.section_runtime + bias;
     } else {
       std::set<int> tids;
-      std::error_code ec;
-      for (const auto& t : std::filesystem::directory_iterator(proc_dir + "/task", ec))
-        tids.insert(std::atoi(t.path().filename().c_str()));
+      if (auto listed = fs.tids(pid)) tids.insert(listed->begin(), listed->end());
       auto found = scan_for_runtime(mem_pid, *maps, first->path, loc.major, loc.minor, tids);
       if (!found) {
         last_error = fmt::format("no _PyRuntime symbol in {}, and {}", first->path, found.error());

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
 
 namespace hangtrace::python {
@@ -18,8 +19,8 @@ struct RuntimeLocation {
   std::string binary;
 };
 
-// `proc_dir`: the process's /proc directory (ROOT/PID); `mem_pid` the id to
-// read memory from. `use_symbols` false: as for a stripped interpreter.
-Result<RuntimeLocation> find_runtime(int mem_pid, const std::string& proc_dir, bool use_symbols);
+// `pid`: the process (or a live thread of it) whose maps, files and memory
+// are read through `fs`. `use_symbols` false: as for a stripped interpreter.
+Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols);
 
 }  // namespace hangtrace::python

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "hangtrace/model.h"
+#include "hangtrace/procfs.h"
 
 namespace hangtrace {
 
@@ -146,14 +147,13 @@ inline int linetable310_line(const uint8_t* table, size_t size, int first_line, 
 }  // namespace python_linetable
 
 // Fills python_stack / python_stack_error / holds_gil of the threads of `p`.
-// `mem_pid` is the process (or a live thread of it) to read memory from and
-// `proc_dir` its /proc directory (ROOT/PID). Returns a one-line description
+// `pid` is the process (or a live thread of it) whose /proc files (through
+// `fs`) and memory are read. Returns a one-line description
 // of a whole-process failure ("" when the stacks were read).
 // `use_symbols` false: find _PyRuntime without the ELF symbol tables or
 // the .PyRuntime section, by scanning the interpreter's data, as for a
 // stripped or statically linked interpreter (tests use it to exercise that
 // path on ordinary ones).
-std::string collect_python_stacks(ProcessInfo& p, int mem_pid, const std::string& proc_dir,
-                                  bool use_symbols = true);
+std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols = true);
 
 }  // namespace hangtrace

@@ -1,4 +1,5 @@
 #include "hangtrace/collectives.h"
+#include "hangtrace/text.h"
 
 #include <fmt/format.h>
 
@@ -76,11 +77,6 @@ std::string short_python_path(std::string_view file) {
   return std::string(file);
 }
 
-std::string module_name(std::string_view path) {
-  auto slash = path.rfind('/');
-  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
-
 // Demangled names carry the parameter list (and for templates a return type):
 // match on the part before the parameters. "(anonymous namespace)" is part
 // of the name, not a parameter list.
@@ -100,11 +96,11 @@ std::string backend_of(const UserFrame& frame) {
   // torch's own libraries export only their dynamic symbols; gloo's
   // algorithms live in libgloo.so (or linked into libtorch_cpu).
   if (contains(name, "ProcessGroupGloo") || contains(name, "gloo::") ||
-      starts_with(module_name(frame.file), "libgloo"))
+      starts_with(basename_of(frame.file), "libgloo"))
     return "gloo";
   // NCCL's API functions are also exported as pnccl* (the profiling aliases).
   if (contains(name, "ProcessGroupNCCL") || starts_with(name, "nccl") || starts_with(name, "pnccl") ||
-      starts_with(module_name(frame.file), "libnccl"))
+      starts_with(basename_of(frame.file), "libnccl"))
     return "nccl";
   return "";
 }
@@ -170,7 +166,7 @@ const NativeOp* native_op(const UserFrame& frame) {
 
 std::string native_evidence(const UserFrame& frame) {
   std::string_view name = without_parameters(frame.function);
-  std::string module = module_name(frame.file);
+  std::string module = basename_of(frame.file);
   if (module.empty()) return fmt::format("native: {}", name);
   return fmt::format("native: {} ({})", name, module);
 }

@@ -2,9 +2,12 @@
 
 #include "hangtrace/text.h"
 
+#include <sys/wait.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <sstream>
@@ -148,11 +151,12 @@ std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& proce
 // ---- incidents -------------------------------------------------------------------
 
 std::optional<std::string> exit_incident(int raw_status) {
-  int sig = raw_status & 0x7f;
-  int code = (raw_status >> 8) & 0xff;
-  if (sig == 7 /* SIGBUS */) return "sigbus";
+  // The kernel's wait status: exit code << 8 | terminating signal.
+  int sig = WIFSIGNALED(raw_status) ? WTERMSIG(raw_status) : 0;
+  int code = WIFEXITED(raw_status) ? WEXITSTATUS(raw_status) : 0;
+  if (sig == SIGBUS) return "sigbus";
   if (sig == 0) return code != 0 ? std::optional<std::string>("abnormal-exit") : std::nullopt;
-  if (sig == 1 || sig == 2 || sig == 9 || sig == 15) return std::nullopt;  // SIGHUP SIGINT SIGKILL SIGTERM
+  if (sig == SIGHUP || sig == SIGINT || sig == SIGKILL || sig == SIGTERM) return std::nullopt;
   return "abnormal-exit";  // SIGSEGV, SIGABRT, SIGILL, SIGFPE, ...
 }
 
@@ -246,7 +250,7 @@ json event_to_json(const TraceEvent& e, double offset_s) {
       break;
     case HT_EV_PROC_EXIT:
       j["exit_code"] = e.exit_code >> 8;
-      j["signal"] = e.exit_code & 0x7f;
+      j["signal"] = WTERMSIG(e.exit_code);
       break;
     case HT_EV_SIGNAL:
       j["signal"] = e.sig;

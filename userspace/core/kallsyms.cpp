@@ -1,13 +1,13 @@
 #include "hangtrace/kallsyms.h"
 
+#include "hangtrace/procfs.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace hangtrace {
 
@@ -99,12 +99,9 @@ Result<KernelSymbols> KernelSymbols::parse(std::string_view text) {
 }
 
 Result<KernelSymbols> KernelSymbols::load(const std::string& proc_root) {
-  std::string path = proc_root + "/kallsyms";
-  std::ifstream in(path);
-  if (!in) return make_error(fmt::format("failed to read {}: {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str());
+  auto text = procfs::ProcFs(proc_root).kallsyms();
+  if (!text) return make_error(text.error());
+  return parse(*text);
 }
 
 std::string KernelSymbols::symbolize(uint64_t addr) const {

@@ -18,13 +18,6 @@ namespace hangtrace {
 
 namespace {
 
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\n");
-  return s.substr(b, e - b + 1);
-}
-
 // The command line that names the job: the same on every rank, except what
 // the legacy launcher (torch.distributed.launch) passes per rank.
 std::string job_cmdline(const std::string& cmdline) {
@@ -321,7 +314,6 @@ nlohmann::json rank_json(const MergedRank& r) {
 
 }  // namespace
 
-
 MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
   MergedReport out;
   std::map<std::pair<int, std::string>, MergedJob> jobs;  // by (world size or -1, command line)
@@ -338,7 +330,8 @@ MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
       if (!r.rank)
         out.warnings.push_back(
             fmt::format("bundle {}: pid {} names no rank (no RANK in its environment)", b.path, r.pid));
-      std::string cmd = job_cmdline(trim(r.cmdline.empty() ? b.meta.job_cmdline : r.cmdline));
+      std::string cmd =
+          job_cmdline(std::string(trim(r.cmdline.empty() ? b.meta.job_cmdline : r.cmdline, " \t\n")));
       MergedJob& job = jobs[{r.world_size.value_or(-1), cmd}];
       job.cmdline = cmd;
       job.ranks.push_back(std::move(r));

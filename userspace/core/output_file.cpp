@@ -65,11 +65,6 @@ std::string directory_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-std::string base_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // ".NAME.XXXXXXXXXXXXXXXX.tmp" with 64 random bits: nobody can plant it in advance.
 std::string temp_name_for(const std::string& path) {
   uint64_t bits = 0;
@@ -77,7 +72,7 @@ std::string temp_name_for(const std::string& path) {
     // Without entropy the O_EXCL open below still never opens a planted name.
     bits = static_cast<uint64_t>(getpid()) << 32 ^ static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&bits));
   }
-  std::string base = base_of(path);
+  std::string base = basename_of(path);
   if (base.size() > 200) base.resize(200);  // NAME_MAX is 255
   return fmt::format("{}/.{}.{:016x}.tmp", directory_of(path), base, bits);
 }

@@ -1,4 +1,5 @@
 #include "hangtrace/stacks.h"
+#include "hangtrace/text.h"
 
 #include <fmt/format.h>
 
@@ -41,7 +42,7 @@ std::vector<UserFrame> merged_user_stack(const ThreadInfo& thread) {
 
 std::string user_frame_text(const UserFrame& f) {
   if (f.kind == UserFrame::Kind::Python) {
-    std::string file = f.file.substr(f.file.rfind('/') + 1);
+    std::string file = basename_of(f.file);
     if (f.line > 0) return fmt::format("{} ({}:{})", f.function, file, f.line);
     return fmt::format("{} ({})", f.function, file);
   }

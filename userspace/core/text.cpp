@@ -78,6 +78,14 @@ std::string format_utc_stamp(double unix_seconds) {
   return format_time(unix_seconds, "%Y%m%dT%H%M%SZ", true);
 }
 
+// ---- plain text -------------------------------------------------------------------
+
+std::string_view trim(std::string_view s, std::string_view blanks) {
+  size_t b = s.find_first_not_of(blanks);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
+}
+
 // ---- UTF-8 and XML ----------------------------------------------------------------
 
 size_t utf8_sequence(std::string_view s, size_t i) {

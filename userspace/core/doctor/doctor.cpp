@@ -64,9 +64,10 @@ Result<DoctorReport> run_doctor(const DoctorInputs& in) {
   }
   const Target* t = target ? &*target : nullptr;
   std::string self_limits, self_status, release;
-  if (auto l = procfs::read_text_file(in.proc_root + "/self/limits")) self_limits = *l;
-  if (auto s = procfs::read_text_file(in.proc_root + "/self/status")) self_status = *s;
-  if (auto r = procfs::read_text_file(in.proc_root + "/sys/kernel/osrelease")) release = trim(*r);
+  const procfs::ProcFs fs(in.proc_root);
+  if (auto l = fs.self_limits()) self_limits = *l;
+  if (auto s = fs.self_status()) self_status = *s;
+  if (auto r = fs.kernel_release()) release = *r;
   auto kernel = parse_kernel_release(release);
 
   DoctorReport r;

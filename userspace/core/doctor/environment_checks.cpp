@@ -113,7 +113,7 @@ void check_environment(const DoctorInputs& in, const Target* t,
              "", od));
   } else {
     od["OMP_NUM_THREADS"] = *omp;
-    auto n = parse_u64(trim(*omp));
+    auto n = parse_u64(trim_line(*omp));
     if (!n || *n == 0)
       out.push_back(make("omp-num-threads", Verdict::Warn,
                          fmt::format("OMP_NUM_THREADS={} is not a positive number", *omp),

@@ -24,7 +24,8 @@ inline bool contains(std::string_view s, std::string_view p) { return s.find(p) 
 // A whole decimal number, nothing else.
 std::optional<uint64_t> parse_u64(std::string_view s);
 // Without leading and trailing spaces, tabs and newlines.
-std::string trim(std::string_view s);
+// Doctor trims spaces, tabs and newlines only (a '\r' is part of a value).
+inline std::string trim_line(std::string_view s) { return std::string(trim(s, " \t\n")); }
 // The CapEff mask of a /proc/PID/status.
 std::optional<uint64_t> cap_eff(std::string_view status);
 

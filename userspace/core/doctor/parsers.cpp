@@ -16,18 +16,12 @@ std::optional<uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
-  return std::string(s);
-}
-
 std::optional<uint64_t> cap_eff(std::string_view status) {
   auto pos = status.find("CapEff:");
   if (pos == std::string_view::npos) return std::nullopt;
   std::string_view rest = status.substr(pos + 7);
   auto end = rest.find('\n');
-  std::string hex = trim(rest.substr(0, end));
+  std::string hex = trim_line(rest.substr(0, end));
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
   if (ec != std::errc() || p != hex.data() + hex.size()) return std::nullopt;

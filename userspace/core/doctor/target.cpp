@@ -67,12 +67,11 @@ void read_segments_and_fds(const procfs::ProcFs& fs, int pid, Target& t) {
     procfs::FdLinkInfo info = procfs::classify_fd_link(*link);
     if (!info.path.starts_with(kTorchShmPrefix)) continue;
     t.torch_fds++;
-    struct stat st {};
-    std::string fd_path = fmt::format("{}/fd/{}", fs.pid_path(pid), fd);
-    if (stat(fd_path.c_str(), &st) != 0) continue;
-    Segment& s = t.segments[static_cast<uint64_t>(st.st_ino)];
-    s.inode = static_cast<uint64_t>(st.st_ino);
-    s.bytes = std::max<uint64_t>(s.bytes, static_cast<uint64_t>(st.st_size));
+    auto st = fs.fd_stat(pid, fd);
+    if (!st) continue;
+    Segment& s = t.segments[st->id.inode];
+    s.inode = st->id.inode;
+    s.bytes = std::max<uint64_t>(s.bytes, st->size_bytes);
     s.deleted = s.deleted || info.deleted;
     s.name = info.path.substr(std::strlen("/dev/shm/"));
     s.pids.insert(pid);
@@ -104,8 +103,8 @@ Result<Target> read_target(const DoctorInputs& in) {
   t.threads = st->num_threads;
   if (auto c = fs.cmdline(in.pid)) t.cmdline = *c;
   if (auto e = fs.exe(in.pid)) t.exe = *e;
-  if (auto e = procfs::read_text_file(fs.pid_path(in.pid) + "/environ")) t.environ = *e;
-  if (auto l = procfs::read_text_file(fs.pid_path(in.pid) + "/limits")) t.limits = *l;
+  if (auto e = fs.environ(in.pid)) t.environ = *e;
+  if (auto l = fs.limits(in.pid)) t.limits = *l;
 
   std::vector<int> all;
   if (auto p = fs.pids()) all = *p;

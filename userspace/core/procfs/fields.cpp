@@ -4,12 +4,6 @@
 
 namespace hangtrace::procfs::fields {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 std::vector<std::string_view> split_whitespace(std::string_view s) {
   std::vector<std::string_view> out;
   size_t i = 0;

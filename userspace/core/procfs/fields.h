@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hangtrace/result.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace::procfs::fields {
 
@@ -24,7 +25,7 @@ inline bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::string_view trim(std::string_view s);
+using hangtrace::trim;  // hangtrace/text.h
 std::vector<std::string_view> split_whitespace(std::string_view s);
 std::vector<std::string_view> split_lines(std::string_view s);
 

@@ -30,6 +30,7 @@ Result<uint64_t> read_namespace_link(const std::string& path, int* err) {
 constexpr size_t kMaxCmdlineBytes = size_t{1} << 20;
 constexpr size_t kMaxEnvironBytes = size_t{4} << 20;
 constexpr size_t kMaxCommBytes = 4096;
+constexpr size_t kMaxSmallFileBytes = size_t{64} << 10;  // limits, osrelease
 
 }  // namespace
 
@@ -44,6 +45,9 @@ std::string ProcFs::root_path(int pid, std::string_view path) const {
 }
 std::string ProcFs::namespace_path(int pid, std::string_view ns) const {
   return fmt::format("{}/{}/ns/{}", root_, pid, ns);
+}
+std::string ProcFs::map_file_path(int pid, uint64_t start, uint64_t end) const {
+  return fmt::format("{}/{}/map_files/{:x}-{:x}", root_, pid, start, end);
 }
 std::string ProcFs::self_path() const { return root_ + "/self"; }
 
@@ -86,6 +90,9 @@ Result<std::string> ProcFs::comm(int pid, int* err) const {
 Result<std::string> ProcFs::cgroup(int pid, int* err) const {
   return read_text_file(pid_path(pid) + "/cgroup", err);
 }
+Result<std::string> ProcFs::limits(int pid, int* err) const {
+  return read_text_file(pid_path(pid) + "/limits", err, kMaxSmallFileBytes);
+}
 Result<std::string> ProcFs::exe(int pid, int* err) const { return read_link(pid_path(pid) + "/exe", err); }
 Result<FileId> ProcFs::exe_file(int pid, int* err) const { return stat_file(pid_path(pid) + "/exe", err); }
 Result<uint64_t> ProcFs::namespace_inode(int pid, const std::string& ns, int* err) const {
@@ -113,6 +120,9 @@ Result<std::string> ProcFs::fd_link(int pid, int fd, int* err) const {
 Result<FileId> ProcFs::fd_file(int pid, int fd, int* err) const {
   return stat_file(fmt::format("{}/fd/{}", pid_path(pid), fd), err);
 }
+Result<FileStat> ProcFs::fd_stat(int pid, int fd, int* err) const {
+  return examine_file(fmt::format("{}/fd/{}", pid_path(pid), fd), err);
+}
 Result<FdInfo> ProcFs::fdinfo(int pid, int fd, int* err) const {
   return read_and_parse<FdInfo>(fmt::format("{}/fdinfo/{}", pid_path(pid), fd), err, parse_fdinfo);
 }
@@ -132,6 +142,20 @@ Result<std::vector<UnixSocketEntry>> ProcFs::unix_sockets(int pid, int* err) con
 
 Result<std::string> ProcFs::self_exe(int* err) const { return read_link(self_path() + "/exe", err); }
 Result<FileId> ProcFs::self_exe_file(int* err) const { return stat_file(self_path() + "/exe", err); }
+Result<std::string> ProcFs::self_limits(int* err) const {
+  return read_text_file(self_path() + "/limits", err, kMaxSmallFileBytes);
+}
+Result<std::string> ProcFs::self_status(int* err) const {
+  return read_text_file(self_path() + "/status", err);
+}
+Result<std::string> ProcFs::kallsyms(int* err) const {
+  return read_text_file(root_ + "/kallsyms", err, size_t{64} << 20);
+}
+Result<std::string> ProcFs::kernel_release(int* err) const {
+  auto text = read_text_file(root_ + "/sys/kernel/osrelease", err, kMaxSmallFileBytes);
+  if (!text) return text;
+  return std::string(trim(*text, " \t\n"));
+}
 Result<uint64_t> ProcFs::self_rss_bytes(int* err) const {
   auto statm = read_and_parse<ProcStatm>(self_path() + "/statm", err, parse_statm);
   if (!statm) return make_error(statm.error());

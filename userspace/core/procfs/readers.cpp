@@ -83,11 +83,18 @@ Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_ou
   return out;
 }
 
-Result<FileId> stat_file(const std::string& path, int* errno_out) {
+Result<FileStat> examine_file(const std::string& path, int* errno_out) {
   if (errno_out) *errno_out = 0;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return os_error("examine", path, errno, errno_out);
-  return FileId{major(st.st_dev), minor(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return FileStat{FileId{major(st.st_dev), minor(st.st_dev), static_cast<uint64_t>(st.st_ino)},
+                  static_cast<uint64_t>(st.st_size)};
+}
+
+Result<FileId> stat_file(const std::string& path, int* errno_out) {
+  auto st = examine_file(path, errno_out);
+  if (!st) return make_error(st.error());
+  return st->id;
 }
 
 Result<FsUsage> filesystem_usage(const std::string& path, int* errno_out) {

@@ -49,7 +49,7 @@ std::string frames_text(const std::vector<UserFrame>& stack, size_t limit, Text 
 // without their directory.
 std::string python_stack_text(const std::vector<UserFrame>& stack, size_t limit) {
   return frames_text(stack, limit, [](const UserFrame& f) {
-    std::string file = f.file.substr(f.file.rfind('/') + 1);
+    std::string file = basename_of(f.file);
     return f.line > 0 ? fmt::format("{}:{} {}", file, f.line, f.function)
                       : fmt::format("{} {}", file, f.function);
   });
