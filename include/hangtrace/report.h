@@ -18,8 +18,8 @@ struct ReportOptions {
   bool color = false;
 };
 
-std::string render_text(const Snapshot& snapshot, const Diagnosis& diagnosis, const ReportOptions& options = {},
-                        const LiveObservation* live = nullptr);
+std::string render_text(const Snapshot& snapshot, const Diagnosis& diagnosis,
+                        const ReportOptions& options = {}, const LiveObservation* live = nullptr);
 nlohmann::json render_json(const Snapshot& snapshot, const Diagnosis& diagnosis,
                            const LiveObservation* live = nullptr);
 // The "live" block alone (hooks, counters, deaths), null without live tracing.

@@ -31,7 +31,6 @@ static_assert(sizeof(ht_wakeup_count) == 48);
 
 namespace {
 
-
 // The sched modules loaded in this process: their `wakeups` map, and the
 // iterator that adds the wake batches still pending in task storage to it.
 struct WakeupSource {

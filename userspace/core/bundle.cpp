@@ -44,7 +44,8 @@ std::string path_safe(const std::string& s) {
 Result<json> read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in)
-    return make_error(fmt::format("{}: {}", std::filesystem::path(path).filename().string(), errno_text(errno)));
+    return make_error(
+        fmt::format("{}: {}", std::filesystem::path(path).filename().string(), errno_text(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
   json j = json::parse(ss.str(), nullptr, false);
