@@ -1,10 +1,11 @@
 #include "live_twin_hooks.h"
-#include "hangtrace/text.h"
 
 #include <unistd.h>
 
 #include <bpf/btf.h>
 #include <fmt/format.h>
+
+#include "hangtrace/text.h"
 
 #include <cerrno>
 #include <cstdlib>
