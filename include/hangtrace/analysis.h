@@ -110,8 +110,9 @@ struct WaitGraph {
 WaitGraph build_wait_graph(const Snapshot& snapshot);
 
 // A process's place in the job, as the reports name it: "main" (the target),
-// "worker" (a child of it), "descendant", "peer"; "process" for none.
-const char* job_role_label(const Snapshot& snapshot, const ProcessInfo* process);
+// or "launcher" when the target runs ranks; "rank N"; "worker" (a child of
+// the main process or of a rank), "descendant", "peer"; "process" for none.
+std::string job_role_label(const Snapshot& snapshot, const ProcessInfo* process);
 
 struct ChainStep {
   std::string from;

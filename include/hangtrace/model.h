@@ -180,6 +180,11 @@ struct ProcessInfo {
   // torch.distributed identity from the process's initial environment
   // (RANK, WORLD_SIZE, LOCAL_RANK as torchrun sets them); unset when absent.
   std::optional<int> rank, world_size, local_rank;
+  // The pid in each pid namespace, the host's first and the container's last
+  // (/proc/PID/status NSpid); empty when unknown, one entry outside containers.
+  std::vector<int> ns_pids;
+  // The container and pod it runs in, from its cgroup path ("" when none).
+  std::string container_runtime, container_id, pod_uid;
   const ThreadInfo* thread(int tid) const;  // nullptr if not one of its threads
 };
 
@@ -227,7 +232,12 @@ struct Snapshot {
   // snapshot files); readers then fall back to taken_at_unix.
   double sampled_at_unix = 0;
   uint64_t sampled_at_monotonic_ns = 0;
-  int target_pid = 0;
+  int target_pid = 0;  // the job's root: the tree below it is the job
+  // The pids the user named that belong to this job (a worker, a rank, the
+  // root...), and what the walk up to the root stopped at ("bash 812 (a
+  // shell)"); empty when the job was launched or found by hangtrace.
+  std::vector<int> given_pids;
+  std::string root_parent;
   std::vector<ProcessInfo> processes;
   std::vector<SocketInfo> sockets;
   ShmInfo shm;

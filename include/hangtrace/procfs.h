@@ -63,7 +63,12 @@ struct ProcStatus {
   int threads = 0;
   uint64_t voluntary_ctxt_switches = 0;
   uint64_t nonvoluntary_ctxt_switches = 0;
+  // NSpid: the pid in each pid namespace it is in, the host's (hangtrace's)
+  // first, the innermost last; one entry outside containers. At most
+  // kMaxPidNamespaceDepth (the kernel's MAX_PID_NS_LEVEL).
+  std::vector<int> ns_pids;
 };
+constexpr size_t kMaxPidNamespaceDepth = 32;
 // Needs at least Name, Tgid and PPid; the other keys are optional.
 Result<ProcStatus> parse_status(std::string_view text);
 

@@ -9,6 +9,7 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
+#include "fake_proc.h"
 #include "temp_dir.h"
 
 namespace hangtrace::daemon {
@@ -16,26 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct FakeProc {
-  testing::TempDir dir{"ht-daemon-proc"};
-  const fs::path& root = dir.path;
-  // A process: stat (comm, ppid, flags, start time), cmdline (NUL-separated), cgroup, fds.
-  void add(int pid, int ppid, const std::string& comm, const std::vector<std::string>& argv,
-           const std::string& cgroup = "0::/user.slice\n", const std::vector<std::string>& fds = {},
-           uint32_t flags = 0x400000, uint64_t start = 1000) {
-    fs::path dir = root / std::to_string(pid);
-    fs::create_directories(dir / "fd");
-    std::ofstream(dir / "stat") << pid << " (" << comm << ") S " << ppid << " " << pid << " " << pid
-                                << " 0 -1 " << flags << " 0 0 0 0 1 2 0 0 20 0 1 0 " << start
-                                << " 1000 100 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n";
-    std::string cmd;
-    for (const auto& a : argv) cmd += a + '\0';
-    std::ofstream(dir / "cmdline", std::ios::binary) << cmd;
-    std::ofstream(dir / "cgroup") << cgroup;
-    int fd = 3;
-    for (const auto& target : fds) fs::create_symlink(target, dir / "fd" / std::to_string(fd++));
-  }
-};
+using testing::FakeProc;
 
 JobMatcher matcher(JobSelectors s) {
   auto m = JobMatcher::make(s);

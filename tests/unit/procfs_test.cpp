@@ -100,6 +100,20 @@ TEST(ProcfsStatus, ParsesPythonProcess) {
   EXPECT_EQ(st->pid, 6968);
   EXPECT_EQ(st->ppid, 6962);
   EXPECT_EQ(st->threads, 1);
+  EXPECT_EQ(st->ns_pids, (std::vector<int>{6968}));
+}
+
+// A process in a container: its pid on the host first, the container's last.
+TEST(ProcfsStatus, NamespacePids) {
+  auto st = parse_status("Name:\tpython3\nTgid:\t8974\nPid:\t8974\nPPid:\t8970\nNSpid:\t8974\t31\t1\n");
+  ASSERT_TRUE(st.ok()) << st.error();
+  EXPECT_EQ(st->ns_pids, (std::vector<int>{8974, 31, 1}));
+  std::string deep = "Name:\tx\nTgid:\t5\nPPid:\t1\nNSpid:";
+  for (int i = 0; i < 100; ++i) deep += "\t7";
+  st = parse_status(deep + "\n");
+  ASSERT_TRUE(st.ok()) << st.error();
+  EXPECT_EQ(st->ns_pids.size(), kMaxPidNamespaceDepth);  // a hostile line is cut at the kernel's bound
+  EXPECT_FALSE(parse_status("Name:\tx\nTgid:\t5\nPPid:\t1\nNSpid:\t5\tq\n").ok());
 }
 
 TEST(ProcfsStatus, ThreadWithColonInName) {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "collector.h"
+#include <nlohmann/json.hpp>
+
 #include "hangtrace/live.h"
 #include "hangtrace/model.h"
 #include "live_tracer.h"
@@ -23,7 +25,17 @@ constexpr int kExitError = 1;
 constexpr int kExitHang = 2;
 
 struct Options {
+  // What the user named: --pid values as given (any spelling: "1 2", "1,2",
+  // repeated), and the selectors of a host-wide search (--match, --cgroup).
+  std::vector<std::string> pid_args;
+  bool pid_given = false;
+  std::vector<std::string> match_patterns, cgroup_paths;
+  // The job being diagnosed: its root, and the named pids that belong to it.
   int pid = 0;
+  std::vector<int> given_pids;
+  std::string root_parent;
+  // Several jobs: each report's JSON lands here, written as one array.
+  std::vector<nlohmann::json>* json_reports = nullptr;
   std::vector<std::string> command;  // launch mode: everything after "--"
   double hang_after_s = 0;
   double min_block_ms = 5;
@@ -46,7 +58,11 @@ struct Options {
 // diagnosis found a hang or a critical finding.
 int report(const Snapshot& snap, const Options& opt, const LiveObservation* live = nullptr);
 
-// hangtrace --pid PID: the snapshot, and a live window when --duration asks
+// hangtrace [--pid PID...] [--match RE] [--cgroup PATH]: the named pids, or
+// every training job on the host, grouped into jobs, each diagnosed
+// (run_live); the exit status of the worst (jobs_cmd.cpp).
+int run_jobs(const Options& opt);
+// One job, opt.pid its root: the snapshot, and a live window when --duration asks
 // for one or the job uses CUDA (diagnose_cmd.cpp).
 int run_live(const Options& opt);
 // hangtrace --from-snapshot FILE (diagnose_cmd.cpp).

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "diagnose.h"
+#include "hangtrace/jobs.h"
 #include "hangtrace/snapshot_json.h"
 #include "live_session.h"
 #include "mapped_modules.h"
@@ -63,6 +64,15 @@ namespace {
 
 constexpr double kCudaJobWindowS = 3.0;
 
+// The pids the user named, each said to be what it is in the job.
+void name_members(Snapshot& snap, const Options& opt) {
+  snap.given_pids = opt.given_pids;
+  snap.root_parent = opt.root_parent;
+  for (int pid : snap.given_pids)
+    if (pid != snap.target_pid)
+      std::fprintf(stderr, "hangtrace: pid %d is %s\n", pid, jobs::member_role(snap, pid).c_str());
+}
+
 int run_live_window(const Options& opt);
 
 }  // namespace
@@ -92,6 +102,7 @@ int run_live_window(const Options& opt) {
   if (opt.duration_s > 0) keep_task_iterator_loaded(true);
   Result<Snapshot> snap = collect_snapshot(opt.pid, collect_options(opt));
   if (!snap) return fail(snap.error());
+  name_members(*snap, opt);
   if (opt.duration_s <= 0 || opt.no_bpf) return report(*snap, opt);
 
   // Snapshot first (waits already in flight), then watch what happens next.
@@ -107,7 +118,11 @@ int run_live_window(const Options& opt) {
   (*session)->run_until([&] { return (*session)->now_ns() >= end || kill(opt.pid, 0) != 0; }, g_interrupted);
   LiveObservation live = (*session)->finish(symbolize_live_user_frames);
   Result<Snapshot> after = collect_snapshot(opt.pid, collect_options(opt));
-  if (after) return report(*after, opt, &live);
+  if (after) {
+    after->given_pids = snap->given_pids;
+    after->root_parent = snap->root_parent;
+    return report(*after, opt, &live);
+  }
   // The target went away during the window: report on the first snapshot.
   snap->limitations.push_back(fmt::format("the target exited during the live window ({})", after.error()));
   return report(*snap, opt, &live);

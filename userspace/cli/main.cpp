@@ -1,6 +1,7 @@
 // hangtrace: why did this training job stop making progress?
 //
 //   sudo hangtrace --pid $(pgrep -f train)      snapshot, diagnosis, verdict
+//   sudo hangtrace                               the same for every training job here
 //   sudo hangtrace demo                          the same on a bundled hung job
 //
 // Option parsing and dispatch: the default command's modes are in
@@ -35,7 +36,18 @@ int main(int argc, char** argv) {
       "(locks, pipes, sockets, /dev/shm, children) and names the wait cycle and the fix.\n"
       "Exit status: 0 no hang found, 2 hang or critical finding, 1 error."};
   Options opt;
-  app.add_option("-p,--pid", opt.pid, "PID of the training job (its workers are found automatically)");
+  auto* pid_option =
+      app.add_option("-p,--pid", opt.pid_args,
+                     "PIDs of the job: any of its processes (main, a worker, a rank, the launcher) -- "
+                     "'--pid 1 2 3', '-p 1,2,3', '--pid $(pgrep -f train)'; each is diagnosed as the whole "
+                     "job it belongs to. Without --pid: every training job on the host")
+          ->expected(0, CLI::detail::expected_max_vector_size);
+  app.add_option("--match", opt.match_patterns,
+                 "without --pid: the jobs whose command line matches REGEX (ECMAScript), not every "
+                 "training job; repeatable");
+  app.add_option("--cgroup", opt.cgroup_paths,
+                 "without --pid: the jobs in the cgroup PATH (as /proc/PID/cgroup shows it, e.g. "
+                 "/kubepods/burstable/pod...); repeatable");
   app.add_option("-d,--duration", opt.duration_s,
                  "seconds to watch for progress after the snapshot (0 = snapshot only)")
       ->check(CLI::Range(0.0, 86400.0));
@@ -81,13 +93,14 @@ int main(int argc, char** argv) {
   }
   opt.command = command;
   opt.duration_given = app.count("--duration") > 0;
+  opt.pid_given = pid_option->count() > 0;
   if (demo->parsed()) return run_demo(opt);
   for (const auto& sub : subcommands)
     if (sub.app->parsed()) return sub.run();
   if (opt.list_hooks) return list_hooks(opt);
   if (!opt.command.empty()) return run_launch(opt);
   if (!opt.from_snapshot_path.empty()) return run_offline(opt);
-  if (opt.pid <= 0)
-    return fail("no target: pass --pid PID, or -- COMMAND to launch one (or 'hangtrace demo'); see --help");
-  return run_live(opt);
+  if (opt.pid_given && (!opt.match_patterns.empty() || !opt.cgroup_paths.empty()))
+    return fail("--match and --cgroup choose jobs without --pid: give one or the other");
+  return run_jobs(opt);
 }

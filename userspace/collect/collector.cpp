@@ -25,6 +25,8 @@
 #include <unordered_set>
 
 #include "collector_pass.h"
+#include "hangtrace/deadline.h"
+#include "hangtrace/jobs.h"
 #include "hangtrace/collectives.h"
 #include "netlink_diag.h"
 #include "python_stacks.h"
@@ -37,7 +39,7 @@ namespace collector_pass {
 namespace {
 
 constexpr size_t kMaxLimitations = 40;
-constexpr auto kMemoryLockProbeTimeout = std::chrono::seconds(1);
+constexpr auto kMemoryLockProbeTimeout = std::chrono::milliseconds(1000);
 
 double wall_clock_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -50,23 +52,10 @@ int exit_code_from_wait_status(int status) {
   return 128 + (status & 0x7f);
 }
 
-// Reading a process's cmdline, maps or memory takes its mmap_lock. A thread
-// stuck in the kernel while holding it (or a writer queued behind such a
-// holder) would block hangtrace forever, exactly when it is needed. So the
-// cmdline is read by a throwaway thread first: if that does not finish in
-// time (nullopt), the process's memory is left alone. The thread is
-// detached: it ends when the lock frees up, or with hangtrace; it gets its
-// own copy of the ProcFs, as it may outlive the collector.
+// The cmdline is read first, under a deadline (deadline.h): a process whose
+// mmap_lock is held by a thread stuck in the kernel has its memory left alone.
 std::optional<Result<std::string>> read_cmdline_with_deadline(const ProcFs& proc, int id) {
-  auto result = std::make_shared<std::promise<Result<std::string>>>();
-  std::future<Result<std::string>> done = result->get_future();
-  try {
-    std::thread([result, proc, id] { result->set_value(proc.cmdline(id)); }).detach();
-  } catch (const std::system_error&) {
-    return proc.cmdline(id);  // no thread to spare: read it directly
-  }
-  if (done.wait_for(kMemoryLockProbeTimeout) != std::future_status::ready) return std::nullopt;
-  return done.get();
+  return call_with_deadline([proc, id] { return proc.cmdline(id); }, kMemoryLockProbeTimeout);
 }
 
 }  // namespace
@@ -196,7 +185,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
       limitation(
           fmt::format("memory of {} not read (cmdline, maps, syscall arguments): reading it blocked for over "
                       "{} s, so a thread of it probably holds its mmap_lock while stuck in the kernel",
-                      pid, kMemoryLockProbeTimeout.count()));
+                      pid, kMemoryLockProbeTimeout.count() / 1000));
     } else if (*cmdline) {
       p.cmdline = **cmdline;
       // The same lock as cmdline, which just came free.
@@ -209,6 +198,13 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     }
   }
   if (auto exe = proc_.exe(id)) p.exe = *exe;
+  if (auto status = proc_.status(id)) p.ns_pids = status->ns_pids;
+  if (auto cgroup = proc_.cgroup(id)) {
+    jobs::ContainerIdentity c = jobs::container_from_cgroup(*cgroup);
+    p.container_runtime = std::move(c.runtime);
+    p.container_id = std::move(c.id);
+    p.pod_uid = std::move(c.pod_uid);
+  }
   if (auto ns = proc_.namespace_inode(id, "net")) p.netns = *ns;
   if (auto ns = proc_.namespace_inode(id, "mnt")) p.mntns = *ns;
   if (auto it = children_.find(pid); it != children_.end()) p.children = it->second;

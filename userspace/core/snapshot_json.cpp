@@ -142,6 +142,8 @@ json snapshot_to_json(const Snapshot& s) {
   j["sampled_at_unix"] = s.sampled_at_unix;
   j["sampled_at_monotonic_ns"] = s.sampled_at_monotonic_ns;
   j["target_pid"] = s.target_pid;
+  j["given_pids"] = s.given_pids;
+  j["root_parent"] = s.root_parent;
   j["local_addresses"] = s.local_addresses;
   j["limitations"] = s.limitations;
   json procs = json::array();
@@ -163,6 +165,9 @@ json snapshot_to_json(const Snapshot& s) {
     if (p.rank) jp["rank"] = *p.rank;
     if (p.world_size) jp["world_size"] = *p.world_size;
     if (p.local_rank) jp["local_rank"] = *p.local_rank;
+    if (!p.ns_pids.empty()) jp["ns_pids"] = p.ns_pids;
+    if (!p.container_id.empty() || !p.pod_uid.empty())
+      jp["container"] = {{"runtime", p.container_runtime}, {"id", p.container_id}, {"pod_uid", p.pod_uid}};
     json threads = json::array();
     for (const auto& t : p.threads) {
       json jt = {{"tid", t.tid},
@@ -290,6 +295,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     get_if(j, "sampled_at_unix", s.sampled_at_unix);
     get_if(j, "sampled_at_monotonic_ns", s.sampled_at_monotonic_ns);
     s.target_pid = j.at("target_pid").get<int>();
+    get_if(j, "given_pids", s.given_pids);
+    get_if(j, "root_parent", s.root_parent);
     get_if(j, "local_addresses", s.local_addresses);
     get_if(j, "limitations", s.limitations);
     for (const auto& jp : j.at("processes")) {
@@ -310,6 +317,13 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_opt(jp, "rank", p.rank);
       get_opt(jp, "world_size", p.world_size);
       get_opt(jp, "local_rank", p.local_rank);
+      get_if(jp, "ns_pids", p.ns_pids);
+      if (jp.contains("container") && jp.at("container").is_object()) {
+        const json& c = jp.at("container");
+        get_if(c, "runtime", p.container_runtime);
+        get_if(c, "id", p.container_id);
+        get_if(c, "pod_uid", p.pod_uid);
+      }
       for (const auto& jt : jp.value("threads", json::array())) {
         ThreadInfo t;
         t.tid = jt.at("tid").get<int>();

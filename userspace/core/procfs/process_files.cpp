@@ -84,6 +84,17 @@ Result<ProcStatus> parse_status(std::string_view text) {
       if (!v) return parse_error("status", fmt::format("bad PPid '{}'", value));
       st.ppid = *v;
       have_ppid = true;
+    } else if (key == "NSpid") {
+      for (std::string_view rest = value; !rest.empty() && st.ns_pids.size() < kMaxPidNamespaceDepth;) {
+        size_t start = rest.find_first_not_of(" \t");
+        if (start == std::string_view::npos) break;
+        rest = rest.substr(start);
+        size_t end = rest.find_first_of(" \t");
+        auto v = parse_int<int>(rest.substr(0, end));
+        if (!v) return parse_error("status", fmt::format("bad NSpid '{}'", value));
+        st.ns_pids.push_back(*v);
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+      }
     } else if (key == "Threads") {
       if (auto v = parse_int<int>(value)) st.threads = *v;
     } else if (key == "voluntary_ctxt_switches") {

@@ -84,6 +84,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
   j["taken_at_unix"] = snap.taken_at_unix;
   j["sample_window_s"] = snap.sample_window_s;
   j["target_pid"] = snap.target_pid;
+  j["job"] = report::job_json(snap);
   j["verdict"] = {{"status", d.verdict.status}, {"summary", d.verdict.summary}};
   j["progress_stopped"] = nullptr;
   if (const auto& ps = d.progress_stopped) {
@@ -172,6 +173,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
     if (p.rank) processes.back()["rank"] = *p.rank;
     if (p.world_size) processes.back()["world_size"] = *p.world_size;
     if (p.local_rank) processes.back()["local_rank"] = *p.local_rank;
+    processes.back().update(report::process_identity_json(p));
   }
   j["processes"] = processes;
 

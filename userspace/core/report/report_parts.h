@@ -4,6 +4,7 @@
 //   json_report.cpp  the versioned JSON report and its "live" block
 //   timelines.cpp    per-thread timelines of a live window (text and JSON)
 //   gpu_section.cpp  the GPU side of a live window (text and JSON)
+//   job_section.cpp  the job: launcher, ranks, named pids, container (text and JSON)
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,5 +27,11 @@ nlohmann::json timelines_json(const Snapshot& snap, const Diagnosis& d, const Li
 // Nothing when the job loaded no CUDA and, below -v, no GPU library was probed.
 void render_gpu(const LiveObservation& live, int verbosity, const LineSink& line);
 nlohmann::json gpu_json(const LiveObservation& live);
+
+// Nothing when the job is one process tree with nothing to say about it.
+void render_job(const Snapshot& snap, const LineSink& line);
+nlohmann::json job_json(const Snapshot& snap);
+// "ns_pids", "container_id" and "container" of one process.
+nlohmann::json process_identity_json(const ProcessInfo& p);
 
 }  // namespace hangtrace::report

@@ -223,6 +223,7 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
   line(fmt::format("VERDICT: {}", d.verdict.summary));
   if (d.progress_stopped) render_progress_stop(*d.progress_stopped, line);
   if (!d.findings.empty()) render_top_finding(d.findings.front(), line);
+  report::render_job(snap, line);
   render_processes_and_threads(snap, d, opt.verbosity, line);
   render_findings(d.findings, line);
   if (snap.shm.available) {

@@ -59,7 +59,7 @@ ThreadIdentity identify(const Snapshot& snap, const LiveObservation* live, int t
       id.comm = it->second.comm;
     }
   }
-  const char* role = job_role_label(snap, owner);
+  const std::string role = job_role_label(snap, owner);
   id.title = tid == id.pid ? fmt::format("{} {} ({})", role, id.pid, id.comm)
                            : fmt::format("thread {} ({}) of {} {}", tid, id.comm, role, id.pid);
   return id;

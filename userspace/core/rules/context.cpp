@@ -7,15 +7,19 @@
 #include <deque>
 #include <map>
 
+#include "hangtrace/jobs.h"
 #include "hangtrace/text.h"
 
 namespace hangtrace {
 
-const char* job_role_label(const Snapshot& snapshot, const ProcessInfo* p) {
+std::string job_role_label(const Snapshot& snapshot, const ProcessInfo* p) {
   if (!p) return "process";
-  if (p->role == ProcessRole::Target) return "main";
   if (p->role == ProcessRole::Peer) return "peer";
-  return p->ppid == snapshot.target_pid ? "worker" : "descendant";
+  if (p->role == ProcessRole::Target) return jobs::is_launcher(snapshot, *p) ? "launcher" : "main";
+  if (jobs::is_rank_process(snapshot, *p)) return fmt::format("rank {}", *p->rank);
+  if (p->ppid == snapshot.target_pid) return "worker";
+  const ProcessInfo* parent = snapshot.process(p->ppid);
+  return parent && jobs::is_rank_process(snapshot, *parent) ? "worker" : "descendant";
 }
 
 namespace rules {
@@ -50,7 +54,7 @@ Confidence RuleContext::confidence_for(const std::vector<int>& tids) const {
 std::string RuleContext::thread_label(int tid) const {
   int pid = pid_of(tid);
   const ProcessInfo* p = snap.process(pid);
-  const char* role = job_role_label(snap, p);
+  const std::string role = job_role_label(snap, p);
   std::string comm = p ? p->comm : "?";
   if (tid == pid) return fmt::format("{} {} ({})", role, pid, comm);
   std::string tcomm;
