@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       "Snapshots every thread of the job and its workers, resolves what each waits on\n"
       "(locks, pipes, sockets, /dev/shm, children) and names the wait cycle and the fix.\n"
       "Exit status: 0 no hang found, 2 hang or critical finding, 1 error."};
+  app.set_version_flag("--version", "hangtrace " HANGTRACE_VERSION);
   Options opt;
   app.add_option("-p,--pid", opt.pid, "PID of the training job (its workers are found automatically)");
   app.add_option("-d,--duration", opt.duration_s,
