@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       "Snapshots every thread of the job and its workers, resolves what each waits on\n"
       "(locks, pipes, sockets, /dev/shm, children) and names the wait cycle and the fix.\n"
       "Exit status: 0 no hang found, 2 hang or critical finding, 1 error."};
+  app.set_version_flag("--version", "hangtrace " HANGTRACE_VERSION);
   Options opt;
   auto* pid_option =
       app.add_option("-p,--pid", opt.pid_args,
