@@ -687,6 +687,21 @@ class ScenarioTestCase(unittest.TestCase):
         self.assertEqual(report.returncode, 2, report.dump())
         self.assertEqual(report.json["verdict"]["status"], "hang", report.dump())
 
+    def assertOrphanedLock(self, report, workers):
+        """A hang whose orphaned-lock findings, certain and critical, cover
+        every one of `workers` (fork_inherited_lock.py's locked copies)."""
+        self.assertHang(report)
+        orphaned = report.of_kind("orphaned-lock")
+        self.assertTrue(orphaned, "no orphaned-lock finding\n" + report.dump())
+        covered = set()
+        for f in orphaned:
+            self.assertEqual(f.get("confidence"), "certain", report.dump())
+            self.assertEqual(f.get("severity"), "critical", report.dump())
+            covered.update(f.get("pids") or [])
+        self.assertTrue(set(workers) <= covered,
+                        "orphaned-lock findings cover pids %s, not every worker %s\n%s"
+                        % (sorted(covered), workers, report.dump()))
+
     def only_finding(self, report, kind):
         found = report.of_kind(kind)
         self.assertEqual(len(found), 1, "expected one %s finding\n%s" % (kind, report.dump()))
