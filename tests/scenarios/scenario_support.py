@@ -683,6 +683,12 @@ class ScenarioTestCase(unittest.TestCase):
             self.assertIsInstance(role, str, report.dump())
         return given
 
+    def assertRoleLine(self, report, pattern):
+        """stderr has a line saying what a given pid is (`pattern`, a regex:
+        "pid 8979 is a DataLoader worker of job 8974")."""
+        found = [l for l in report.stderr.splitlines() if re.search(r"(?<!\d)%s(?!\d)" % pattern, l)]
+        self.assertTrue(found, "no stderr line /%s/\n%s" % (pattern, report.dump()))
+
     def assertHang(self, report):
         self.assertEqual(report.returncode, 2, report.dump())
         self.assertEqual(report.json["verdict"]["status"], "hang", report.dump())

@@ -45,7 +45,6 @@ class FrontDoorBadInput(ScenarioTestCase):
         self.assertEqual(job.get("root_pid"), self.live, report.dump())
         self.assertNotEqual(report.json["verdict"]["status"], "hang", report.dump())
         self.assertIsNotNone(report.process(self.live), report.dump())
-        self.assertEqual(report.stderr_lines_naming(self.live), [], "the live pid needs no remark\n" + report.dump())
 
     def assertNothingLeft(self, report, pids):
         self.assertNoCrash(report)
