@@ -11,6 +11,8 @@ Run as root on a kernel with BTF, with /usr/bin/python3 and torch; otherwise
 the tests skip with the reason.
 """
 
+import atexit
+import errno
 import importlib
 import json
 import os
@@ -19,6 +21,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +56,13 @@ def workload(name):
     return os.path.join(WORKLOADS, name)
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _skip_reason():
     if os.geteuid() != 0:
         return "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE)"
@@ -85,6 +95,31 @@ def _memcg_skip_reason():
 
 MEMCG_SKIP_REASON = _memcg_skip_reason()
 requires_memcg_v1 = unittest.skipUnless(not MEMCG_SKIP_REASON, MEMCG_SKIP_REASON)
+
+
+def remove_cgroup(path):
+    """SIGKILLs every process left in the cgroup directory `path` and removes
+    it once empty (exiting tasks leave it asynchronously); a missing one is
+    fine."""
+    procs = os.path.join(path, "cgroup.procs")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with open(procs) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        kill_pids(pids)
+        if not pids:
+            try:
+                os.rmdir(path)
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+        elif time.monotonic() > deadline:
+            raise AssertionError("cgroup %s still has %s" % (path, pids))
+        time.sleep(0.01)
 
 
 # ---- /proc -------------------------------------------------------------------
@@ -232,6 +267,16 @@ def parse_marker(line):
 
 # ---- a workload ----------------------------------------------------------------
 
+def under_shell(argv, env=None):
+    """(argv, env) that run `argv` as the child of a bash that waits for it,
+    the way a job started from a terminal runs. The command travels in the
+    environment, not in bash's own command line, so `pgrep -f` on the job's
+    arguments finds the job's processes and not the shell."""
+    env = dict(env or {})
+    env["HT_SHELL_ARGV"] = "\n".join(str(a) for a in argv)
+    return ["bash", "-c", "IFS=$'\\n'; set -f; $HT_SHELL_ARGV & wait $!"], env
+
+
 class Workload:
     """A process started in its own session whose stdout is read line by line
     by a background thread; stderr goes to a temporary file (shown in failures)."""
@@ -335,6 +380,42 @@ def proc_state(pid):
     return _state(pid)
 
 
+def wait_for_child(pid, comm, timeout=30.0):
+    """The pid of pid's child whose comm is `comm` (after its exec), polled
+    for until it exists; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for child in (_read("/proc/%d/task/%d/children" % (pid, pid)) or "").split():
+            stat = _read("/proc/%s/stat" % child) or ""
+            if stat[stat.find("(") + 1:stat.rfind(")")] == comm:
+                return int(child)
+        if time.monotonic() > deadline:
+            raise AssertionError("no child %r of %d after %.0fs:\n%s"
+                                 % (comm, pid, timeout, describe([pid] + descendants(pid))))
+        time.sleep(0.01)
+
+
+def ns_pids(pid):
+    """pid in each pid namespace it is in, the host's first (NSpid in
+    /proc/PID/status); [] when it is gone."""
+    for line in (_read("/proc/%d/status" % pid) or "").splitlines():
+        if line.startswith("NSpid:"):
+            return [int(p) for p in line.split()[1:]]
+    return []
+
+
+def host_pid(inner_pid, under):
+    """The host pid of the descendant of `under` whose pid in its innermost
+    pid namespace is `inner_pid` (a marker printed inside a container names
+    that one); AssertionError when there is none."""
+    for p in descendants(under):
+        nspids = ns_pids(p)
+        if len(nspids) > 1 and nspids[-1] == inner_pid:
+            return p
+    raise AssertionError("no descendant of %d is pid %d in a child pid namespace:\n%s"
+                         % (under, inner_pid, describe([under] + descendants(under))))
+
+
 # ---- hangtrace -------------------------------------------------------------------
 
 class Report:
@@ -365,9 +446,36 @@ class Report:
                 return p
         return None
 
+    @property
+    def reports(self):
+        """One Report per job: `--json -` prints one report object for one
+        job, an array of them for several."""
+        if isinstance(self.json, list):
+            return [self._view(r) for r in self.json]
+        return [self] if isinstance(self.json, dict) else []
+
+    def of_job(self, root_pid):
+        """The report of the job whose root is root_pid (job.root_pid), or None."""
+        for r in self.reports:
+            if ((r.json or {}).get("job") or {}).get("root_pid") == root_pid:
+                return r
+        return None
+
+    def _view(self, obj):
+        view = object.__new__(Report)
+        view.__dict__.update(self.__dict__)
+        view.json, view._whole = obj, self
+        return view
+
+    def stderr_lines_naming(self, word):
+        """The stderr lines in which `word` (a pid, an argument) stands alone."""
+        pattern = re.compile(r"(?<![\w-])%s(?![\w-])" % re.escape(str(word)))
+        return [l for l in self.stderr.splitlines() if pattern.search(l)]
+
     def dump(self):
-        body = json.dumps(self.json, indent=2) if self.json is not None else \
-            "(not JSON: %s)\n%s" % (self.parse_error, self.stdout)
+        whole = getattr(self, "_whole", self)
+        body = json.dumps(whole.json, indent=2) if whole.json is not None else \
+            "(not JSON: %s)\n%s" % (whole.parse_error, whole.stdout)
         return "%s\nexit code %d\n--- stderr ---\n%s\n--- report ---\n%s" % (
             " ".join(self.argv), self.returncode, self.stderr, body)
 
@@ -380,6 +488,53 @@ def run_hangtrace(pid, *extra, timeout=180):
                                stdin=subprocess.DEVNULL, timeout=timeout, text=True)
     _keep_report(pid, completed.stdout)
     return Report(argv, completed)
+
+
+def run_hangtrace_args(args, timeout=180):
+    """`hangtrace ARGS` as given (several pids, no pid, --cgroup ...)."""
+    argv = [hangtrace_bin()] + [str(a) for a in args]
+    completed = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, timeout=timeout, text=True)
+    _keep_report(0, completed.stdout)
+    return Report(argv, completed)
+
+
+_path_dir = None
+
+
+def _hangtrace_path_dir():
+    """A directory whose `hangtrace` is the binary under test."""
+    global _path_dir
+    if _path_dir is None:
+        binary = os.path.abspath(hangtrace_bin())
+        if os.path.basename(binary) == "hangtrace":
+            _path_dir = os.path.dirname(binary)
+        else:
+            _path_dir = tempfile.mkdtemp(prefix="hangtrace-bin-")
+            os.symlink(binary, os.path.join(_path_dir, "hangtrace"))
+            atexit.register(shutil.rmtree, _path_dir, True)
+    return _path_dir
+
+
+def run_hangtrace_line(line, *args, env=None, timeout=180):
+    """`bash -c LINE bash ARGS...` with the binary under test first on PATH as
+    `hangtrace`: the line a user types, expansions and all. The Report's
+    `pid` is bash's pid -- hangtrace's own after `exec hangtrace ...`."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env["PATH"] = _hangtrace_path_dir() + os.pathsep + full_env.get("PATH", "/usr/bin:/bin")
+    argv = ["bash", "-c", line, "bash"] + [str(a) for a in args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=full_env, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError("`%s` did not finish within %.0fs\n%s" % (line, timeout, err))
+    _keep_report(proc.pid, out)
+    report = Report(argv, _Completed(proc.returncode, out, err))
+    report.pid = proc.pid
+    return report
 
 
 _kept = 0
@@ -466,10 +621,17 @@ class ScenarioTestCase(unittest.TestCase):
             w.kill()
         self._workloads = []
 
-    def start(self, script, *args, python=True, env=None, wrapper=None):
+    def start(self, script, *args, python=True, env=None, wrapper=None, shell=False):
         argv = ([PYTHON, "-u", workload(script)] if python else [workload(script)]) + [str(a) for a in args]
         if wrapper:
             argv = list(wrapper) + argv
+        return self.start_argv(argv, env=env, shell=shell)
+
+    def start_argv(self, argv, env=None, shell=False):
+        """Starts `argv` as a Workload -- with shell=True as the child of a
+        bash (under_shell) -- killed with its descendants when the test ends."""
+        if shell:
+            argv, env = under_shell(argv, env)
         w = Workload(argv, env=env)
         self._workloads.append(w)
         return w
@@ -496,9 +658,55 @@ class ScenarioTestCase(unittest.TestCase):
         self.assertEqual(report.json.get("target_pid"), pid, report.dump())
         return report
 
+    def assertNoCrash(self, report):
+        """hangtrace ended by itself, without a signal, an abort or a
+        traceback, whatever it was given."""
+        self.assertGreaterEqual(report.returncode, 0, report.dump())
+        self.assertNotIn(report.returncode, (134, 136, 139), report.dump())
+        for sign in ("terminate called", "Traceback", "Segmentation fault", "Aborted", "core dumped"):
+            self.assertNotIn(sign, report.stderr, report.dump())
+
+    def one_job(self, report):
+        """The report of the one job `report` is about: one JSON object (not
+        an array) with a job block; returns its "job"."""
+        self.assertIsInstance(report.json, dict, "expected one report object\n" + report.dump())
+        self.assertEqual(report.json.get("schema"), "hangtrace.report/1", report.dump())
+        job = report.json.get("job")
+        self.assertIsInstance(job, dict, "no job block\n" + report.dump())
+        return job
+
+    def assertGiven(self, report, job, pids):
+        """job.given lists exactly `pids`; returns {pid: role}."""
+        given = {g.get("pid"): g.get("role") for g in job.get("given") or []}
+        self.assertEqual(sorted(given), sorted(pids), report.dump())
+        for pid, role in given.items():
+            self.assertIsInstance(role, str, report.dump())
+        return given
+
+    def assertRoleLine(self, report, pattern):
+        """stderr has a line saying what a given pid is (`pattern`, a regex:
+        "pid 8979 is a DataLoader worker of job 8974")."""
+        found = [l for l in report.stderr.splitlines() if re.search(r"(?<!\d)%s(?!\d)" % pattern, l)]
+        self.assertTrue(found, "no stderr line /%s/\n%s" % (pattern, report.dump()))
+
     def assertHang(self, report):
         self.assertEqual(report.returncode, 2, report.dump())
         self.assertEqual(report.json["verdict"]["status"], "hang", report.dump())
+
+    def assertOrphanedLock(self, report, workers):
+        """A hang whose orphaned-lock findings, certain and critical, cover
+        every one of `workers` (fork_inherited_lock.py's locked copies)."""
+        self.assertHang(report)
+        orphaned = report.of_kind("orphaned-lock")
+        self.assertTrue(orphaned, "no orphaned-lock finding\n" + report.dump())
+        covered = set()
+        for f in orphaned:
+            self.assertEqual(f.get("confidence"), "certain", report.dump())
+            self.assertEqual(f.get("severity"), "critical", report.dump())
+            covered.update(f.get("pids") or [])
+        self.assertTrue(set(workers) <= covered,
+                        "orphaned-lock findings cover pids %s, not every worker %s\n%s"
+                        % (sorted(covered), workers, report.dump()))
 
     def only_finding(self, report, kind):
         found = report.of_kind(kind)

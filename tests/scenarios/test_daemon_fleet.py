@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,16 +21,11 @@ import urllib.parse
 import urllib.request
 
 from scenario_support import (BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
+                              free_port,
                               parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1,
                               hangtrace_bin, wait_until_blocked, workload)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bpf_program_ids():

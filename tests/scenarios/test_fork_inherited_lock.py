@@ -18,17 +18,7 @@ class ForkInheritedLock(ScenarioTestCase):
         wait_until_blocked(main, main_syscalls=[SYS_POLL])
 
         report = self.hangtrace(main)
-        self.assertHang(report)
-        orphaned = report.of_kind("orphaned-lock")
-        self.assertTrue(orphaned, "no orphaned-lock finding\n" + report.dump())
-        covered = set()
-        for f in orphaned:
-            self.assertEqual(f.get("confidence"), "certain", report.dump())
-            self.assertEqual(f.get("severity"), "critical", report.dump())
-            covered.update(f.get("pids") or [])
-        self.assertTrue(set(workers) <= covered,
-                        "orphaned-lock findings cover pids %s, not every worker %s\n%s"
-                        % (sorted(covered), workers, report.dump()))
+        self.assertOrphanedLock(report, workers)
         # Nothing here waits in a circle: main waits for workers, workers for
         # a lock whose copy nobody holds.
         self.assertFalse(report.of_kind("deadlock-cycle"), report.dump())

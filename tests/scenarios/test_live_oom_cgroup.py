@@ -7,14 +7,12 @@ picks it. PyTorch only says "DataLoader worker (pid(s) N) exited
 unexpectedly"; the report must name the victim, the OOM killer, the cgroup and
 its limit.
 """
-import errno
 import os
 import re
-import time
 import unittest
 
-from scenario_support import (MEMCG_V1, PYTHON, ScenarioTestCase, killed_findings, kill_pids, parse_marker,
-                              requires_bpf_and_torch, requires_memcg_v1, workload)
+from scenario_support import (MEMCG_V1, PYTHON, ScenarioTestCase, killed_findings, parse_marker,
+                              remove_cgroup, requires_bpf_and_torch, requires_memcg_v1, workload)
 
 LIMIT = 512 * 1024 * 1024
 SIGKILL = 9
@@ -38,28 +36,7 @@ class LiveOomCgroup(ScenarioTestCase):
 
     def tearDown(self):
         super().tearDown()
-        self._remove_cgroup()
-
-    def _remove_cgroup(self):
-        procs = os.path.join(self.cgroup, "cgroup.procs")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with open(procs) as f:
-                    pids = [int(p) for p in f.read().split()]
-            except OSError:
-                return
-            kill_pids(pids)
-            if not pids:
-                try:
-                    os.rmdir(self.cgroup)
-                    return
-                except OSError as e:
-                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                        raise
-            elif time.monotonic() > deadline:
-                raise AssertionError("cgroup %s still has %s" % (self.cgroup, pids))
-            time.sleep(0.01)   # exiting tasks leave the cgroup asynchronously
+        remove_cgroup(self.cgroup)
 
     def test_oom_killed_worker_names_cgroup_and_limit(self):
         enter = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
