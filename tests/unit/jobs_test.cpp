@@ -234,7 +234,7 @@ TEST(Jobs, ShapeGroupsRanksWithTheirWorkers) {
   EXPECT_EQ(shape.ranks[1].workers, (std::vector<int>{112}));
   EXPECT_EQ(shape.ranks[1].world_size, 2);
   EXPECT_EQ(member_role(s, 100), "the launcher of job 100 (torchrun)");
-  EXPECT_EQ(member_role(s, 102), "rank 1 of job 100");
+  EXPECT_EQ(member_role(s, 102), "rank 1 (local rank 1) of job 100");
   EXPECT_EQ(member_role(s, 112), "a DataLoader worker of rank 1 of job 100");
   EXPECT_EQ(job_role_label(s, s.process(102)), "rank 1");
   EXPECT_EQ(job_role_label(s, s.process(100)), "launcher");

@@ -33,7 +33,7 @@ bool runs_dataloader(const ProcessInfo& p) {
 
 std::string rank_name(const ProcessInfo& p) {
   std::string s = fmt::format("rank {}", *p.rank);
-  if (p.local_rank && *p.local_rank != *p.rank) s += fmt::format(" (local rank {})", *p.local_rank);
+  if (p.local_rank) s += fmt::format(" (local rank {})", *p.local_rank);
   return s;
 }
 
@@ -91,7 +91,7 @@ std::string member_role(const Snapshot& snap, int pid) {
   if (is_rank_process(snap, *p)) return fmt::format("{} of job {}", rank_name(*p), job);
   const char* kind = runs_dataloader(*p) ? "a DataLoader worker" : "a worker";
   if (const ProcessInfo* r = rank_above(snap, pid))
-    return fmt::format("{} of {} of job {}", kind, rank_name(*r), job);
+    return fmt::format("{} of rank {} of job {}", kind, *r->rank, job);
   if (p->ppid == job) return fmt::format("{} of job {}", kind, job);
   return fmt::format("a descendant of job {} (child of {})", job, p->ppid);
 }
