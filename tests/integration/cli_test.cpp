@@ -30,7 +30,13 @@ TEST(Cli, NotRootIsOneLine) {
 }
 
 TEST(Cli, MissingTargetAndBadArguments) {
-  auto r = run_command({hangtrace_path()});
+  // Without --pid every training job on the host is diagnosed (scenario
+  // tests); selectors that match nothing are one line naming the way out.
+  auto r = run_command({hangtrace_path(), "--match", "^no-such-job-[0-9]{40}$"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no process matches --match"), std::string::npos) << r.err;
+  r = run_command({hangtrace_path(), "--pid", "1", "--match", "x"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--pid"), std::string::npos) << r.err;
   r = run_command({hangtrace_path(), "--pid", "abc"});

@@ -120,7 +120,7 @@ TEST(NativeStacks, PythonInterpreterFrames) {
   HANGTRACE_REQUIRE_BPF();
   const char* python = "/usr/bin/python3";
   if (access(python, X_OK) != 0) GTEST_SKIP() << "needs " << python;
-  auto script = std::filesystem::path(__FILE__).parent_path() / "python" / "blocked_threads.py";
+  auto script = std::filesystem::path(HANGTRACE_TEST_PYTHON_DIR) / "blocked_threads.py";
   Workload w({python, "-u", script.string()});
   ASSERT_NE(w.wait_for_line("READY"), "");
   ASSERT_EQ(wait_until_blocked(w.pid()), "");

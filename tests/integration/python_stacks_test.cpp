@@ -53,7 +53,7 @@ std::vector<Interpreter> interpreters() {
 void PrintTo(const Interpreter& i, std::ostream* os) { *os << i.name << " (" << i.wanted << ")"; }
 
 std::string script_path(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path() / "python" / name).string();
+  return (std::filesystem::path(HANGTRACE_TEST_PYTHON_DIR) / name).string();
 }
 
 CollectOptions fast_options() {

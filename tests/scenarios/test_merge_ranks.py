@@ -36,7 +36,9 @@ class MergeRanks(GlooJobClass, unittest.TestCase):
     def examine(cls, marker):
         cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
         cls.bundles = os.path.join(cls.tmp, "bundles")
-        cls.traces = [run_hangtrace(pid, "--bundle", cls.bundles) for pid in (cls.rank0, cls.rank1)]
+        # One bundle per rank, as each host's hangtrace would write it: --subtree
+        # keeps a rank's pid from standing for the whole job it belongs to.
+        cls.traces = [run_hangtrace(pid, "--subtree", "--bundle", cls.bundles) for pid in (cls.rank0, cls.rank1)]
         cls.paths = sorted(glob.glob(os.path.join(cls.bundles, "*")))
         cls.merge_argv, cls.merged = run_merge(*cls.paths, "--json", "-")
         try:

@@ -29,6 +29,7 @@ struct Options {
   // repeated), and the selectors of a host-wide search (--match, --cgroup).
   std::vector<std::string> pid_args;
   bool pid_given = false;
+  bool subtree = false;  // --subtree: each pid is a root, no walk up to its job's
   std::vector<std::string> match_patterns, cgroup_paths;
   // The job being diagnosed: its root, and the named pids that belong to it.
   int pid = 0;

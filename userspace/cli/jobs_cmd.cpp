@@ -31,9 +31,10 @@ std::string path_for_job(const std::string& path, int root) {
   return fmt::format("{}.{}{}", path.substr(0, dot), root, path.substr(dot));
 }
 
-// The named pids that can be diagnosed, threads made their processes; a line
-// on stderr for each that cannot. nullopt: an argument is not a pid at all.
-std::optional<std::vector<int>> usable_pids(const procfs::ProcFs& proc, const Options& opt, int self) {
+// The named pids that can be diagnosed, threads made their processes, and a
+// line for each that cannot (`skipped`). nullopt: an argument is not a pid.
+std::optional<std::vector<int>> usable_pids(const procfs::ProcFs& proc, const Options& opt, int self,
+                                            std::vector<std::string>& skipped) {
   std::string bad;
   auto pids = jobs::parse_pid_list(opt.pid_args, &bad);
   if (!pids) {
@@ -44,7 +45,7 @@ std::optional<std::vector<int>> usable_pids(const procfs::ProcFs& proc, const Op
   std::vector<int> out;
   for (int pid : *pids) {
     if (auto why = jobs::unusable_pid(proc, pid, self)) {
-      std::fprintf(stderr, "hangtrace: pid %d skipped: %s\n", pid, why->c_str());
+      skipped.push_back(fmt::format("pid {}: {}", pid, *why));
       continue;
     }
     int process = pid;
@@ -110,8 +111,12 @@ int run_jobs(const Options& opt) {
   const int self = static_cast<int>(getpid());
   std::optional<std::vector<int>> pids;
   if (opt.pid_given) {
-    pids = usable_pids(proc, opt, self);
+    std::vector<std::string> skipped;
+    pids = usable_pids(proc, opt, self, skipped);
     if (!pids) return kExitError;
+    // One pid that cannot be diagnosed is the one line; several, a line each.
+    if (pids->empty() && skipped.size() == 1) return fail(skipped.front());
+    for (const auto& line : skipped) std::fprintf(stderr, "hangtrace: %s (skipped)\n", line.c_str());
     if (pids->empty())
       return fail(
           std::all_of(opt.pid_args.begin(), opt.pid_args.end(),
@@ -122,7 +127,11 @@ int run_jobs(const Options& opt) {
     pids = discovered_pids(proc, opt, self);
     if (!pids) return kExitError;
   }
-  std::vector<jobs::JobRequest> requests = jobs::group_by_job(proc, *pids, self);
+  std::vector<jobs::JobRequest> requests;
+  if (opt.subtree)
+    for (int pid : *pids) requests.push_back({pid, "", {pid}});
+  else
+    requests = jobs::group_by_job(proc, *pids, self);
   if (!opt.pid_given) {
     std::vector<std::string> names;
     for (const auto& r : requests) names.push_back(job_line(proc, r));

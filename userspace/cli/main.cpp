@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
                      "'--pid 1 2 3', '-p 1,2,3', '--pid $(pgrep -f train)'; each is diagnosed as the whole "
                      "job it belongs to. Without --pid: every training job on the host")
           ->expected(0, CLI::detail::expected_max_vector_size);
+  app.add_flag(
+      "--subtree", opt.subtree,
+      "diagnose each --pid with its descendants only, not the whole job it belongs to (one rank of a "
+      "multi-host job, as each host's hangtrace sees it)");
   app.add_option("--match", opt.match_patterns,
                  "without --pid: the jobs whose command line matches REGEX (ECMAScript), not every "
                  "training job; repeatable");
