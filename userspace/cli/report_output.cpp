@@ -91,8 +91,7 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
       !write_output(opt.save_snapshot_path, snapshot_to_json(snap).dump(1) + "\n", &error))
     return fail(error);
   bool json_to_stdout = opt.json_path == "-";
-  if (!opt.json_path.empty() &&
-      !write_output(opt.json_path, render_json(snap, d, live).dump(2) + "\n", &error))
+  if (!opt.json_path.empty() && !write_output(opt.json_path, render_json_text(snap, d, live), &error))
     return fail(error);
   if (!write_exports(snap, d, opt, live, &error)) return fail(error);
   if (!opt.bundle_parent.empty()) {

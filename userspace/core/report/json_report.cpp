@@ -3,6 +3,8 @@
 // graph's objects, /dev/shm, and the live window.
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "hangtrace/report.h"
@@ -74,7 +76,62 @@ nlohmann::json live_json(const LiveObservation* live) {
           {"gpu", report::gpu_json(*live)}};
 }
 
-nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+namespace {
+
+// One process of the report's "processes", its threads with their waits and stacks.
+nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
+  using nlohmann::json;
+  json threads = json::array();
+  for (const auto& t : p.threads) {
+    json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)}};
+    auto it = d.graph.threads.find(t.tid);
+    if (it != d.graph.threads.end()) {
+      const ThreadWait& w = it->second;
+      jt["activity"] = activity_name(w.activity);
+      jt["blocked_s"] = w.blocked_s ? json(*w.blocked_s) : json(nullptr);
+      jt["syscall"] = w.syscall_text.empty() ? json(nullptr) : json(w.syscall_text);
+      jt["wait"] = {{"kind", wait_class_name(w.wait_class)},
+                    {"summary", w.summary},
+                    {"objects", w.objects},
+                    {"timeout_s", w.timeout_s ? json(*w.timeout_s) : json(nullptr)}};
+      jt["kernel_stack"] = w.kernel_stack;
+      jt["progressed"] = w.progressed;
+    }
+    json py = json::array();
+    for (const auto& f : t.python_stack)
+      py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+    jt["python_stack"] = std::move(py);
+    jt["python_stack_error"] = t.python_stack_error.empty() ? json(nullptr) : json(t.python_stack_error);
+    json native = json::array();
+    for (const auto& f : t.native_stack) native.push_back(user_frame_json(f));
+    jt["native_stack"] = std::move(native);
+    // Kernel ; native ; Python interleaved, innermost first: the one stack.
+    json merged = json::array();
+    if (it != d.graph.threads.end())
+      for (const auto& k : it->second.kernel_stack) merged.push_back({{"kind", "kernel"}, {"function", k}});
+    for (const auto& f : merged_user_stack(t)) merged.push_back(user_frame_json(f));
+    jt["stack"] = std::move(merged);
+    jt["holds_gil"] = t.holds_gil;
+    threads.push_back(std::move(jt));
+  }
+  json out = {{"pid", p.pid},
+                       {"ppid", p.ppid},
+                       {"comm", p.comm},
+                       {"cmdline", p.cmdline},
+                       {"exe", p.exe},
+                       {"role", role_name(p.role)},
+                       {"state", std::string(1, p.state)},
+                       {"is_python", p.is_python},
+                       {"children", p.children},
+                       {"threads", std::move(threads)}};
+  if (p.rank) out["rank"] = *p.rank;
+  if (p.world_size) out["world_size"] = *p.world_size;
+  if (p.local_rank) out["local_rank"] = *p.local_rank;
+  return out;
+}
+
+// The report without its processes (an empty array).
+nlohmann::json report_without_processes(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
   using nlohmann::json;
   json j;
   j["schema"] = kReportSchema;
@@ -117,63 +174,14 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
                         {"pids", f.pids},
                         {"tids", f.tids},
                         {"summary", f.summary},
-                        {"chain", chain},
+                        {"chain", std::move(chain)},
                         {"evidence", f.evidence},
                         {"advice", f.advice},
                         {"details", f.details}});
   }
-  j["findings"] = findings;
+  j["findings"] = std::move(findings);
 
-  json processes = json::array();
-  for (const auto& p : snap.processes) {
-    json threads = json::array();
-    for (const auto& t : p.threads) {
-      json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)}};
-      auto it = d.graph.threads.find(t.tid);
-      if (it != d.graph.threads.end()) {
-        const ThreadWait& w = it->second;
-        jt["activity"] = activity_name(w.activity);
-        jt["blocked_s"] = w.blocked_s ? json(*w.blocked_s) : json(nullptr);
-        jt["syscall"] = w.syscall_text.empty() ? json(nullptr) : json(w.syscall_text);
-        jt["wait"] = {{"kind", wait_class_name(w.wait_class)},
-                      {"summary", w.summary},
-                      {"objects", w.objects},
-                      {"timeout_s", w.timeout_s ? json(*w.timeout_s) : json(nullptr)}};
-        jt["kernel_stack"] = w.kernel_stack;
-        jt["progressed"] = w.progressed;
-      }
-      json py = json::array();
-      for (const auto& f : t.python_stack)
-        py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
-      jt["python_stack"] = py;
-      jt["python_stack_error"] = t.python_stack_error.empty() ? json(nullptr) : json(t.python_stack_error);
-      json native = json::array();
-      for (const auto& f : t.native_stack) native.push_back(user_frame_json(f));
-      jt["native_stack"] = native;
-      // Kernel ; native ; Python interleaved, innermost first: the one stack.
-      json merged = json::array();
-      if (it != d.graph.threads.end())
-        for (const auto& k : it->second.kernel_stack) merged.push_back({{"kind", "kernel"}, {"function", k}});
-      for (const auto& f : merged_user_stack(t)) merged.push_back(user_frame_json(f));
-      jt["stack"] = merged;
-      jt["holds_gil"] = t.holds_gil;
-      threads.push_back(jt);
-    }
-    processes.push_back({{"pid", p.pid},
-                         {"ppid", p.ppid},
-                         {"comm", p.comm},
-                         {"cmdline", p.cmdline},
-                         {"exe", p.exe},
-                         {"role", role_name(p.role)},
-                         {"state", std::string(1, p.state)},
-                         {"is_python", p.is_python},
-                         {"children", p.children},
-                         {"threads", threads}});
-    if (p.rank) processes.back()["rank"] = *p.rank;
-    if (p.world_size) processes.back()["world_size"] = *p.world_size;
-    if (p.local_rank) processes.back()["local_rank"] = *p.local_rank;
-  }
-  j["processes"] = processes;
+  j["processes"] = json::array();
 
   json objects = json::array();
   for (const auto& [id, o] : d.graph.objects) {
@@ -188,7 +196,7 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
                        {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
                        {"notes", o.notes}});
   }
-  j["objects"] = objects;
+  j["objects"] = std::move(objects);
 
   json segs = json::array();
   for (const auto& s : snap.shm.largest)
@@ -201,13 +209,54 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
               {"size_bytes", snap.shm.size_bytes},
               {"used_bytes", snap.shm.used_bytes},
               {"unlinked_mapped_bytes", snap.shm.unlinked_mapped_bytes},
-              {"largest", segs}};
+              {"largest", std::move(segs)}};
   j["deadlocked_tids"] = d.deadlocked_tids;
   j["probably_deadlocked_tids"] = d.probably_deadlocked_tids;
   j["live"] = live_json(live);
   if (live) j["live"]["timelines"] = report::timelines_json(snap, d, *live);
   j["limitations"] = snap.limitations;
   return j;
+}
+
+}  // namespace
+
+nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+  nlohmann::json j = report_without_processes(snap, d, live);
+  for (const auto& p : snap.processes) j["processes"].push_back(process_json(p, d));
+  return j;
+}
+
+// The whole tree of a node-sized job (73 processes, 1,100 threads with their
+// stacks) takes ~100 MB as nlohmann::json; one process at a time it is the
+// text alone. dump(2) of an element nested at depth 2 is its own dump(2) with
+// every line after the first indented by 4 more spaces (a JSON string holds
+// no raw newline), so the text is exactly render_json(...).dump(2).
+std::string render_json_text(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+  using nlohmann::json;
+  json j = report_without_processes(snap, d, live);
+  j["processes"] = "\x01hangtrace: the processes\x01";
+  const std::string placeholder = j["processes"].dump();
+  const std::string head = j.dump(2);
+  const std::string key = "\n  \"processes\": ";
+  size_t at = head.find(key + placeholder);
+  if (at == std::string::npos) return render_json(snap, d, live).dump(2) + "\n";  // cannot happen
+  at += key.size();
+  std::string out = head.substr(0, at);
+  if (snap.processes.empty()) out += "[]";
+  for (size_t i = 0; i < snap.processes.size(); ++i) {
+    out += i == 0 ? "[\n    " : ",\n    ";
+    const std::string text = process_json(snap.processes[i], d).dump(2);
+    for (size_t from = 0; from < text.size();) {
+      size_t nl = std::min(text.find('\n', from), text.size());
+      out.append(text, from, nl - from);
+      if (nl < text.size()) out += "\n    ";
+      from = nl + 1;
+    }
+    if (i + 1 == snap.processes.size()) out += "\n  ]";
+  }
+  out.append(head, at + placeholder.size());
+  out += '\n';
+  return out;
 }
 
 }  // namespace hangtrace
