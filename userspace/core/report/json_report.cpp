@@ -115,15 +115,15 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
     threads.push_back(std::move(jt));
   }
   json out = {{"pid", p.pid},
-                       {"ppid", p.ppid},
-                       {"comm", p.comm},
-                       {"cmdline", p.cmdline},
-                       {"exe", p.exe},
-                       {"role", role_name(p.role)},
-                       {"state", std::string(1, p.state)},
-                       {"is_python", p.is_python},
-                       {"children", p.children},
-                       {"threads", std::move(threads)}};
+              {"ppid", p.ppid},
+              {"comm", p.comm},
+              {"cmdline", p.cmdline},
+              {"exe", p.exe},
+              {"role", role_name(p.role)},
+              {"state", std::string(1, p.state)},
+              {"is_python", p.is_python},
+              {"children", p.children},
+              {"threads", std::move(threads)}};
   if (p.rank) out["rank"] = *p.rank;
   if (p.world_size) out["world_size"] = *p.world_size;
   if (p.local_rank) out["local_rank"] = *p.local_rank;
@@ -131,7 +131,8 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
 }
 
 // The report without its processes (an empty array).
-nlohmann::json report_without_processes(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+nlohmann::json report_without_processes(const Snapshot& snap, const Diagnosis& d,
+                                        const LiveObservation* live) {
   using nlohmann::json;
   json j;
   j["schema"] = kReportSchema;
