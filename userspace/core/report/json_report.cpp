@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -130,9 +132,23 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
   return out;
 }
 
-// The report without its processes (an empty array).
-nlohmann::json report_without_processes(const Snapshot& snap, const Diagnosis& d,
-                                        const LiveObservation* live) {
+// One object of the wait-for graph.
+nlohmann::json object_json(const std::string& id, const WaitObject& o) {
+  using nlohmann::json;
+  return {{"id", id},
+          {"kind", object_kind_name(o.kind)},
+          {"label", o.label},
+          {"waiters", o.waiters},
+          {"releasers", o.releasers},
+          {"holder_pids", o.holder_pids},
+          {"ready", o.ready},
+          {"external", o.external},
+          {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
+          {"notes", o.notes}};
+}
+
+// The report without its processes and objects (empty arrays).
+nlohmann::json report_head(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
   using nlohmann::json;
   json j;
   j["schema"] = kReportSchema;
@@ -184,20 +200,7 @@ nlohmann::json report_without_processes(const Snapshot& snap, const Diagnosis& d
 
   j["processes"] = json::array();
 
-  json objects = json::array();
-  for (const auto& [id, o] : d.graph.objects) {
-    objects.push_back({{"id", id},
-                       {"kind", object_kind_name(o.kind)},
-                       {"label", o.label},
-                       {"waiters", o.waiters},
-                       {"releasers", o.releasers},
-                       {"holder_pids", o.holder_pids},
-                       {"ready", o.ready},
-                       {"external", o.external},
-                       {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
-                       {"notes", o.notes}});
-  }
-  j["objects"] = std::move(objects);
+  j["objects"] = json::array();
 
   json segs = json::array();
   for (const auto& s : snap.shm.largest)
@@ -222,40 +225,71 @@ nlohmann::json report_without_processes(const Snapshot& snap, const Diagnosis& d
 }  // namespace
 
 nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
-  nlohmann::json j = report_without_processes(snap, d, live);
+  nlohmann::json j = report_head(snap, d, live);
   for (const auto& p : snap.processes) j["processes"].push_back(process_json(p, d));
+  for (const auto& [id, o] : d.graph.objects) j["objects"].push_back(object_json(id, o));
   return j;
 }
 
+namespace {
+
+// A top-level array of the report, written one element at a time.
+struct StreamedArray {
+  const char* key;
+  size_t size;
+  std::function<nlohmann::json(size_t)> element;
+  std::string placeholder;  // its stand-in's text in the head
+  size_t at = 0;            // where the stand-in starts in the head
+};
+
+}  // namespace
+
 // The whole tree of a node-sized job (73 processes, 1,100 threads with their
-// stacks) takes ~100 MB as nlohmann::json; one process at a time it is the
-// text alone. dump(2) of an element nested at depth 2 is its own dump(2) with
-// every line after the first indented by 4 more spaces (a JSON string holds
-// no raw newline), so the text is exactly render_json(...).dump(2).
+// stacks; the releasers of every thread's private futex) takes ~100 MB as
+// nlohmann::json; one process, one object at a time it is the text alone.
+// dump(2) of an element of a top-level array is its own dump(2) with every
+// line after the first indented by 4 more spaces (a JSON string holds no raw
+// newline), so the text is exactly render_json(...).dump(2).
 std::string render_json_text(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
   using nlohmann::json;
-  json j = report_without_processes(snap, d, live);
-  j["processes"] = "\x01hangtrace: the processes\x01";
-  const std::string placeholder = j["processes"].dump();
-  const std::string head = j.dump(2);
-  const std::string key = "\n  \"processes\": ";
-  size_t at = head.find(key + placeholder);
-  if (at == std::string::npos) return render_json(snap, d, live).dump(2) + "\n";  // cannot happen
-  at += key.size();
-  std::string out = head.substr(0, at);
-  if (snap.processes.empty()) out += "[]";
-  for (size_t i = 0; i < snap.processes.size(); ++i) {
-    out += i == 0 ? "[\n    " : ",\n    ";
-    const std::string text = process_json(snap.processes[i], d).dump(2);
-    for (size_t from = 0; from < text.size();) {
-      size_t nl = std::min(text.find('\n', from), text.size());
-      out.append(text, from, nl - from);
-      if (nl < text.size()) out += "\n    ";
-      from = nl + 1;
-    }
-    if (i + 1 == snap.processes.size()) out += "\n  ]";
+  std::vector<const std::pair<const std::string, WaitObject>*> objects;
+  for (const auto& entry : d.graph.objects) objects.push_back(&entry);
+  std::vector<StreamedArray> arrays = {
+      {"processes", snap.processes.size(), [&](size_t i) { return process_json(snap.processes[i], d); }},
+      {"objects", objects.size(),
+       [&](size_t i) { return object_json(objects[i]->first, objects[i]->second); }},
+  };
+  json j = report_head(snap, d, live);
+  for (auto& a : arrays) {
+    j[a.key] = fmt::format("\x01hangtrace: the {}\x01", a.key);
+    a.placeholder = fmt::format("\n  \"{}\": {}", a.key, j[a.key].dump());
   }
-  out.append(head, at + placeholder.size());
+  const std::string head = j.dump(2);
+  for (auto& a : arrays) {
+    a.at = head.find(a.placeholder);
+    if (a.at == std::string::npos) return render_json(snap, d, live).dump(2) + "\n";  // cannot happen
+  }
+  std::sort(arrays.begin(), arrays.end(), [](const auto& x, const auto& y) { return x.at < y.at; });
+  std::string out;
+  size_t from_head = 0;
+  for (const auto& a : arrays) {
+    out.append(head, from_head, a.at - from_head);
+    out += fmt::format("\n  \"{}\": ", a.key);
+    from_head = a.at + a.placeholder.size();
+    if (a.size == 0) out += "[]";
+    for (size_t i = 0; i < a.size; ++i) {
+      out += i == 0 ? "[\n    " : ",\n    ";
+      const std::string text = a.element(i).dump(2);
+      for (size_t from = 0; from < text.size();) {
+        size_t nl = std::min(text.find('\n', from), text.size());
+        out.append(text, from, nl - from);
+        if (nl < text.size()) out += "\n    ";
+        from = nl + 1;
+      }
+    }
+    if (a.size) out += "\n  ]";
+  }
+  out.append(head, from_head);
   out += '\n';
   return out;
 }
