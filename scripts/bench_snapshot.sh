@@ -197,9 +197,11 @@ if [[ $BENCH_PEERS != 0 ]]; then
   [[ $BENCH_SHAPE == node ]] && others="the launcher, the other ranks and all workers not shown"
   said+=("no: $(stacks "$tmp/gdb_one.out") C stacks, $(lock_frames "$tmp/gdb_one.out") in PyThread_acquire_lock; $others")
   said+=("partly: $(stacks "$tmp/gdb_all.out") C stacks, $(lock_frames "$tmp/gdb_all.out") in PyThread_acquire_lock; which lock, who holds it, and the fork are not shown")
-  attached="workers not attached"
-  [[ $BENCH_SHAPE == node ]] && attached="the launcher's own threads only: ranks and workers not attached"
-  said+=("no: $(wc -l <"$tmp/strace.out") lines, $(grep -c 'restart_syscall\|wait4' "$tmp/strace.out" || true) wait4/restart_syscall; $attached")
+  if [[ $BENCH_SHAPE == node ]]; then
+    said+=("no: $(wc -l <"$tmp/strace.out") lines, the launcher's wait4; ranks and workers not attached")
+  else
+    said+=("no: $(wc -l <"$tmp/strace.out") lines, $(grep -c 'futex(' "$tmp/strace.out" || true) futex waits of main's threads, $(grep -c 'restart_syscall' "$tmp/strace.out" || true) restart_syscall; workers not attached")
+  fi
   lines+=("$(wc -l <"$tmp/gdb_one.out")" "$(wc -l <"$tmp/gdb_all.out")" "$(wc -l <"$tmp/strace.out")")
 fi
 
