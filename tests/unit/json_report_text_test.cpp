@@ -4,6 +4,7 @@
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/report.h"
+#include "frames.h"
 #include "snapshot_builder.h"
 
 namespace hangtrace {
@@ -25,20 +26,9 @@ TEST(JsonReportText, SameTextAsTheWholeTree) {
   b.futex_wait(100, 101, 0x9000, false, sem_bytes(1, 128));
   b.futex_wait(200, 200, 0x4000, false, mutex_bytes(2, 101));
   ThreadInfo& t = b.futex_wait(201, 201, 0x4000, false, mutex_bytes(2, 101));
-  UserFrame native;
-  native.kind = UserFrame::Kind::Native;
-  native.function = "__futex_abstimed_wait_common";
-  native.file = "/usr/lib/x86_64-linux-gnu/libc.so.6";
-  native.addr = 0x7f0000001234;
-  native.module_offset = 0x1234;
-  native.build_id = "00ff";
-  UserFrame py;
-  py.kind = UserFrame::Kind::Python;
-  py.function = "Dataset.__getitem__";
-  py.file = "/tmp/train.py";
-  py.line = 42;
-  t.native_stack = {native};
-  t.python_stack = {py};
+  t.native_stack = {testing::native("__futex_abstimed_wait_common", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                                    0x7f0000001234, 0x1234, "00ff")};
+  t.python_stack = {testing::py("Dataset.__getitem__", "/tmp/train.py", 42)};
   b.s.limitations.push_back("a limitation with a tab\tand a newline\n");
   Diagnosis d = diagnose(b.s);
   EXPECT_EQ(render_json_text(b.s, d), whole_tree(b.s, d));
