@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks' Python drivers (scripts/bench_live.sh,
-scripts/bench_daemon.sh): reading a process's CPU time and memory from /proc,
+scripts/bench_daemon.sh) and scripts/bench_snapshot.sh (`bench_lib.py
+time-rss`, below): reading a process's CPU time and memory from /proc,
 waiting for a tracer to attach, the workloads' result lines, medians and
 table cells, the CPU pinning convention and a private tracefs for tools that
 need one. The drivers import it with the scripts directory on sys.path."""
@@ -10,6 +11,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -197,3 +199,38 @@ def tracefs_ns():
     return [] if tracefs_mounted() else [
         "unshare", "-m", "--propagation", "private", "sh", "-c",
         'mount -t tracefs none /sys/kernel/tracing && exec "$@"', "tracefs-ns"]
+
+
+def time_rss(argv, runs):
+    """Runs argv `runs` times, one after the other, stdout and stderr to
+    /dev/null; [(wall s, CPU s, max RSS KiB)] of each run. The peak resident
+    set is ru_maxrss as GNU time reports it (%M): a child forked from this
+    Python would inherit Python's ~15 MiB in ru_maxrss, one forked from time
+    ~2 MiB. Wall time is measured here, around the time process."""
+    out = []
+    with tempfile.NamedTemporaryFile("r", prefix="bench-time-") as report:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", report.name] + argv,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wall = time.perf_counter() - t0
+            report.seek(0)
+            fields = report.read().split()[-3:]  # after "Command exited with non-zero status N"
+            out.append((wall, float(fields[1]) + float(fields[2]), int(fields[0])))
+    return out
+
+
+def main(argv):
+    """bench_lib.py time-rss RUNS CMD...: prints "median_s min_s max_s
+    cpu_median_s max_rss_kib" of RUNS runs of CMD."""
+    if len(argv) < 3 or argv[0] != "time-rss":
+        raise SystemExit("usage: bench_lib.py time-rss RUNS CMD...")
+    runs = time_rss(argv[2:], int(argv[1]))
+    walls = [r[0] for r in runs]
+    print("%.6f %.6f %.6f %.6f %d" % (statistics.median(walls), min(walls), max(walls),
+                                      statistics.median(r[1] for r in runs), max(r[2] for r in runs)))
+
+
+if __name__ == "__main__":
+    import sys
+    main(sys.argv[1:])

@@ -12,8 +12,6 @@
 #include <vector>
 
 #include "collector.h"
-#include <nlohmann/json.hpp>
-
 #include "hangtrace/live.h"
 #include "hangtrace/model.h"
 #include "live_tracer.h"
@@ -35,8 +33,8 @@ struct Options {
   int pid = 0;
   std::vector<int> given_pids;
   std::string root_parent;
-  // Several jobs: each report's JSON lands here, written as one array.
-  std::vector<nlohmann::json>* json_reports = nullptr;
+  // Several jobs: each report's JSON text lands here, written as one array.
+  std::vector<std::string>* json_reports = nullptr;
   std::vector<std::string> command;  // launch mode: everything after "--"
   double hang_after_s = 0;
   double min_block_ms = 5;

@@ -139,7 +139,7 @@ int run_jobs(const Options& opt) {
                  requests.size() > 1 ? "s" : "", fmt::format("{}", fmt::join(names, ", ")).c_str());
   }
 
-  std::vector<nlohmann::json> reports;
+  std::vector<std::string> reports;
   int worst = kExitOk;
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
@@ -164,7 +164,15 @@ int run_jobs(const Options& opt) {
   }
   if (!reports.empty()) {
     std::string error;
-    if (!write_output(opt.json_path, nlohmann::json(reports).dump(2) + "\n", &error)) return fail(error);
+    // Each report as render_json_text wrote it (streamed, not held as a tree).
+    std::string array = "[\n";
+    for (size_t i = 0; i < reports.size(); ++i) {
+      std::string& r = reports[i];
+      while (!r.empty() && r.back() == '\n') r.pop_back();
+      array += r + (i + 1 < reports.size() ? ",\n" : "\n");
+    }
+    array += "]\n";
+    if (!write_output(opt.json_path, array, &error)) return fail(error);
   }
   return worst;
 }

@@ -92,9 +92,8 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
     return fail(error);
   bool json_to_stdout = opt.json_path == "-";
   if (!opt.json_path.empty() && opt.json_reports)
-    opt.json_reports->push_back(render_json(snap, d, live));
-  else if (!opt.json_path.empty() &&
-           !write_output(opt.json_path, render_json(snap, d, live).dump(2) + "\n", &error))
+    opt.json_reports->push_back(render_json_text(snap, d, live));
+  else if (!opt.json_path.empty() && !write_output(opt.json_path, render_json_text(snap, d, live), &error))
     return fail(error);
   if (!write_exports(snap, d, opt, live, &error)) return fail(error);
   if (!opt.bundle_parent.empty()) {

@@ -209,7 +209,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   if (auto ns = proc_.namespace_inode(id, "mnt")) p.mntns = *ns;
   if (auto it = children_.find(pid); it != children_.end()) p.children = it->second;
   std::string exe_name = basename_of(p.exe);
-  p.is_python = exe_name.rfind("python", 0) == 0;  // maps may still say so (collect_maps)
+  p.is_python = exe_name.rfind("python", 0) == 0;  // maps may still say so (keep_maps)
   if (exited)
     exited_.insert(pid);
   else
@@ -270,13 +270,7 @@ Result<Snapshot> Collector::run() {
   progress_start_s_ = monotonic_s();
 
   if (options_.use_bpf) collect_kernel_views();
-  for (auto& p : snap_.processes) collect_maps(p);
-  for (auto& p : snap_.processes) {
-    if (!p.is_python || memory_blocked_.count(p.pid) || exited_.count(p.pid)) continue;
-    std::string failure = collect_python_stacks(p, proc_, proc_id(p.pid), options_.python_symbols);
-    if (!failure.empty()) limitation(fmt::format("Python stacks of {} not read: {}", p.pid, failure));
-  }
-  if (options_.use_bpf && options_.native_stacks) collect_native_stacks();
+  collect_maps_and_stacks();
   if (options_.probe_readiness) {
     for (auto& p : snap_.processes) probe_readiness(p);
   }

@@ -41,23 +41,16 @@ void Collector::collect_fds(ProcessInfo& p) {
   }
 }
 
-void Collector::collect_maps(ProcessInfo& p) {
-  if (memory_blocked_.count(p.pid) || exited_.count(p.pid)) return;
-  int err = 0;
-  auto maps = proc_.maps(proc_id(p.pid), &err);
-  if (!maps) {
-    if (!is_gone_errno(err)) limitation(fmt::format("no memory maps of {}: {}", p.pid, maps.error()));
-    return;
-  }
+void Collector::keep_maps(ProcessInfo& p, const std::vector<Mapping>& maps) {
   const auto& futexes = futex_addresses_[p.pid];
-  for (auto& m : *maps) {
+  for (const auto& m : maps) {
     if (m.path.find("libpython") != std::string::npos) p.is_python = true;
     // Futex resolution needs the shared mappings (a futex there is shared
     // across processes) and the mappings the waited-on futexes live in.
     bool keep = m.shared() || m.path.rfind("/dev/shm/", 0) == 0 ||
                 (m.path.size() > 10 && m.path.compare(m.path.size() - 10, 10, " (deleted)") == 0);
     for (size_t i = 0; !keep && i < futexes.size(); ++i) keep = futexes[i] >= m.start && futexes[i] < m.end;
-    if (keep) p.maps.push_back(std::move(m));
+    if (keep) p.maps.push_back(m);
   }
 }
 

@@ -86,8 +86,9 @@ class Collector {
   ProgressSample sample_progress(int pid, int tid) const;
   void take_progress_samples(bool start);
   void collect_kernel_views();
-  void collect_maps(ProcessInfo& p);
-  void collect_native_stacks();
+  // Per process: its maps (read once), then its Python and native stacks.
+  void collect_maps_and_stacks();
+  void keep_maps(ProcessInfo& p, const std::vector<Mapping>& maps);
   void probe_readiness(ProcessInfo& p);
   void collect_shm();
   void assemble_sockets();

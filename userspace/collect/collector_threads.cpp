@@ -3,11 +3,14 @@
 // of the window, kernel stacks and off-CPU times (BPF) and native stacks.
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <system_error>
 #include <unordered_map>
 
 #include "collector_pass.h"
 #include "hangtrace/kallsyms.h"
 #include "hangtrace/syscalls.h"
+#include "python_stacks.h"
 #include "task_iter.h"
 #include "wait_memory.h"
 
@@ -102,7 +105,17 @@ void Collector::collect_kernel_views() {
   }
   std::vector<int> tgids;
   for (const auto& p : snap_.processes) tgids.push_back(p.pid);
+  // /proc/kallsyms (~5 MB of text the kernel writes out on each read: tens
+  // of ms) is read and parsed while the task iterator loads and runs.
+  const double started = monotonic_s();
+  std::future<Result<KernelSymbols>> loading;
+  try {
+    loading =
+        std::async(std::launch::async, [root = options_.proc_root] { return KernelSymbols::load(root); });
+  } catch (const std::system_error&) {  // no thread to spare: read it after the iterator
+  }
   auto samples = sample_kernel_tasks(tgids);
+  const double sampled = monotonic_s();
   if (!samples) {
     limitation("no kernel stacks or blocked times: " + samples.error());
     return;
@@ -110,8 +123,10 @@ void Collector::collect_kernel_views() {
   // The iterator measured every off-CPU time just now: that is the instant
   // "blocked for X s" counts back from.
   record_sample_clocks(snap_);
-  auto symbols = KernelSymbols::load(options_.proc_root);
+  auto symbols = loading.valid() ? loading.get() : KernelSymbols::load(options_.proc_root);
   if (!symbols) limitation("kernel stacks not symbolized: " + symbols.error());
+  debug(fmt::format("task iterator in {:.3f} s ({} task(s)), kallsyms ready {:.3f} s later",
+                    sampled - started, samples->size(), monotonic_s() - sampled));
   std::unordered_map<int, KernelTaskSample*> by_tid;
   for (auto& s : *samples) by_tid[s.tid] = &s;
   for (auto& p : snap_.processes) {
@@ -140,20 +155,56 @@ void Collector::collect_kernel_views() {
   }
 }
 
-// Every process of the tree, Python or not: a stuck C++ extension or a
-// non-Python peer is as likely the culprit. Per-thread failures stay on the
-// thread (native_stack_error); only a whole process failing is a limitation.
-void Collector::collect_native_stacks() {
+// Per process: its maps, read once (a PyTorch process has ~2,000 mappings,
+// 200 KB of text, and the Python runtime search and the native unwinder need
+// them as much as the futex and /dev/shm resolution does), then its Python
+// stacks, then its native stacks. Native stacks for every process of the
+// tree, Python or not: a stuck C++ extension or a non-Python peer is as likely
+// the culprit. Per-thread failures stay on the thread (python_stack_error,
+// native_stack_error); only a whole process failing is a limitation.
+void Collector::collect_maps_and_stacks() {
   NativeStackCache& cache = options_.native_cache ? *options_.native_cache : process_native_stack_cache();
-  const double started = monotonic_s();
+  const bool native = options_.use_bpf && options_.native_stacks;
+  const NativeStackStats before = cache.stats();
+  double maps_s = 0, python_s = 0, native_s = 0;
+  size_t mappings = 0;
   for (auto& p : snap_.processes) {
     if (memory_blocked_.count(p.pid) || exited_.count(p.pid)) continue;
-    std::string failure = cache.unwind_process(p, proc_id(p.pid));
-    if (!failure.empty()) limitation(fmt::format("native stacks of {} not unwound: {}", p.pid, failure));
+    double t0 = monotonic_s();
+    int err = 0;
+    auto maps = proc_.maps(proc_id(p.pid), &err);
+    if (!maps) {
+      if (!is_gone_errno(err)) limitation(fmt::format("no memory maps of {}: {}", p.pid, maps.error()));
+    } else {
+      keep_maps(p, *maps);
+      mappings += maps->size();
+    }
+    const std::vector<Mapping>* known = maps ? &*maps : nullptr;
+    double t1 = monotonic_s();
+    if (p.is_python) {
+      std::string failure = collect_python_stacks(p, proc_, proc_id(p.pid), options_.python_symbols, known);
+      if (!failure.empty()) limitation(fmt::format("Python stacks of {} not read: {}", p.pid, failure));
+    }
+    double t2 = monotonic_s();
+    if (native) {
+      std::string failure = cache.unwind_process(p, proc_id(p.pid), known);
+      if (!failure.empty()) limitation(fmt::format("native stacks of {} not unwound: {}", p.pid, failure));
+    }
+    double t3 = monotonic_s();
+    maps_s += t1 - t0;
+    python_s += t2 - t1;
+    native_s += t3 - t2;
   }
   const NativeStackStats st = cache.stats();
-  debug(fmt::format("native stacks in {:.3f} s (cumulative: {} thread(s) unwound, {} failed, {} frames)",
-                    monotonic_s() - started, st.threads_unwound, st.threads_failed, st.frames));
+  debug(fmt::format("maps in {:.3f} s ({} mappings), Python stacks in {:.3f} s", maps_s, mappings, python_s));
+  if (!native) return;
+  debug(fmt::format(
+      "native stacks in {:.3f} s: {} thread(s) unwound, {} failed, {} frames; modules reported {:.1f} ms "
+      "({} Dwfl(s) new, {} reused), unwinding {:.1f} ms, symbolizing {:.1f} ms ({} symbol cache misses)",
+      native_s, st.threads_unwound - before.threads_unwound, st.threads_failed - before.threads_failed,
+      st.frames - before.frames, st.report_ms - before.report_ms, st.dwfl_created - before.dwfl_created,
+      st.dwfl_reused - before.dwfl_reused, st.unwind_ms - before.unwind_ms,
+      st.symbolize_ms - before.symbolize_ms, st.symbol_cache_misses - before.symbol_cache_misses));
 }
 
 }  // namespace hangtrace::collector_pass

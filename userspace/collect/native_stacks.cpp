@@ -178,14 +178,18 @@ int sp_regno(uint16_t machine) { return machine == EM_AARCH64 ? 31 : 7; }
 // with the same ones run the same code at the same addresses, so one Dwfl
 // (modules, CFI, symbol tables) serves both. Data mappings (/dev/shm
 // segments, datasets) differ between DataLoader workers and are left out.
-std::optional<std::string> code_signature(int pid, std::string& error) {
-  auto maps = procfs::ProcFs().maps(pid);
-  if (!maps) {
-    error = maps.error();
-    return std::nullopt;
+std::optional<std::string> code_signature(int pid, const std::vector<Mapping>* known_maps,
+                                          std::string& error) {
+  Result<std::vector<Mapping>> read_maps = std::vector<Mapping>{};
+  if (!known_maps) {
+    read_maps = procfs::ProcFs().maps(pid);
+    if (!read_maps) {
+      error = read_maps.error();
+      return std::nullopt;
+    }
   }
   std::string sig;
-  for (const Mapping& m : *maps) {
+  for (const Mapping& m : known_maps ? *known_maps : *read_maps) {
     if (!procfs::is_executable(m) || m.path.empty() || (m.path[0] != '/' && m.path != "[vdso]")) continue;
     sig += fmt::format("{:x}-{:x} {} {:x} {:x}:{:x} {} {}\n", m.start, m.end, m.perms, m.offset, m.dev_major,
                        m.dev_minor, m.inode, m.path);
@@ -251,14 +255,14 @@ struct NativeStackCache::Impl {
   uint64_t clock = 0;
   NativeStackStats stats;
 
-  Result<Session*> session_for(int mem_pid);
+  Result<Session*> session_for(int mem_pid, const std::vector<Mapping>* maps);
   const ModuleMeta& module_meta(Session& s, Dwfl_Module* mod);
   void unwind_thread(Session& s, ThreadInfo& t);
 };
 
-Result<Session*> NativeStackCache::Impl::session_for(int mem_pid) {
+Result<Session*> NativeStackCache::Impl::session_for(int mem_pid, const std::vector<Mapping>* maps) {
   std::string error;
-  auto sig = code_signature(mem_pid, error);
+  auto sig = code_signature(mem_pid, maps, error);
   if (!sig) return make_error(error);
   if (auto it = sessions.find(*sig); it != sessions.end()) {
     ++stats.dwfl_reused;
@@ -362,7 +366,7 @@ void NativeStackCache::Impl::unwind_thread(Session& s, ThreadInfo& t) {
 NativeStackCache::NativeStackCache() : impl_(std::make_unique<Impl>()) {}
 NativeStackCache::~NativeStackCache() = default;
 
-std::string NativeStackCache::unwind_process(ProcessInfo& p, int mem_pid) {
+std::string NativeStackCache::unwind_process(ProcessInfo& p, int mem_pid, const std::vector<Mapping>* maps) {
   std::vector<ThreadInfo*> blocked;
   for (auto& t : p.threads) {
     // A running thread's saved registers are from its last kernel entry, not
@@ -377,7 +381,7 @@ std::string NativeStackCache::unwind_process(ProcessInfo& p, int mem_pid) {
   std::lock_guard lock(impl_->mu);
   t_current_pid = mem_pid;
   auto started = std::chrono::steady_clock::now();
-  auto session = impl_->session_for(mem_pid);
+  auto session = impl_->session_for(mem_pid, maps);
   impl_->stats.report_ms += ms_since(started);
   if (!session) {
     t_current_pid = 0;

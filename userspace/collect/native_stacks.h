@@ -48,8 +48,9 @@ class NativeStackCache {
   // was off CPU with saved user registers when the BPF snapshot ran.
   // `mem_pid` is the id whose /proc entry and memory are live (the leader's
   // pid, or a live thread's where the leader exited). Returns "" or why the
-  // whole process could not be unwound ("failed to X: reason").
-  std::string unwind_process(ProcessInfo& p, int mem_pid);
+  // whole process could not be unwound ("failed to X: reason"). `maps`: its
+  // mappings if the caller read them already, else they are read here.
+  std::string unwind_process(ProcessInfo& p, int mem_pid, const std::vector<Mapping>* maps = nullptr);
 
   // Names native frames known only by module file and file offset (`file`,
   // `module_offset`: user stacks the kernel walked during live tracing, whose

@@ -173,10 +173,15 @@ Result<uint64_t> scan_for_runtime(int mem_pid, const std::vector<Mapping>& maps,
 
 }  // namespace
 
-Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols) {
+Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols,
+                                     const std::vector<Mapping>* known_maps) {
   const int mem_pid = pid;
-  auto maps = fs.maps(pid);
-  if (!maps) return make_error(fmt::format("no memory maps: {}", maps.error()));
+  Result<std::vector<Mapping>> read_maps = std::vector<Mapping>{};
+  if (!known_maps) {
+    read_maps = fs.maps(pid);
+    if (!read_maps) return make_error(fmt::format("no memory maps: {}", read_maps.error()));
+  }
+  const std::vector<Mapping>* maps = known_maps ? known_maps : &*read_maps;
   // Candidate files, libpython first (a python linked against it has no
   // _PyRuntime of its own), each with its lowest mapping.
   std::vector<const Mapping*> candidates;

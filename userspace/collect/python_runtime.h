@@ -21,6 +21,8 @@ struct RuntimeLocation {
 
 // `pid`: the process (or a live thread of it) whose maps, files and memory
 // are read through `fs`. `use_symbols` false: as for a stripped interpreter.
-Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols);
+// `known_maps`: its mappings if the caller read them already, else read here.
+Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols,
+                                     const std::vector<Mapping>* known_maps = nullptr);
 
 }  // namespace hangtrace::python

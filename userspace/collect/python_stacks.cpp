@@ -298,7 +298,8 @@ std::vector<int> pthread_tids(int pid, const std::vector<uint64_t>& pthreads,
 
 }  // namespace
 
-std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols) {
+std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols,
+                                  const std::vector<Mapping>* maps) {
   const int mem_pid = pid;
   auto fail_all = [&](const std::string& reason) {
     for (auto& t : p.threads) {
@@ -308,7 +309,7 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
     }
     return reason;
   };
-  auto loc = python::find_runtime(fs, pid, use_symbols);
+  auto loc = python::find_runtime(fs, pid, use_symbols, maps);
   if (!loc) return fail_all(loc.error());
   std::optional<PyOffsets> offsets = python::offsets_for(loc->major, loc->minor);
   if (!offsets && loc->major == 3 && loc->minor >= 13) {

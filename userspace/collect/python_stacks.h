@@ -153,7 +153,9 @@ inline int linetable310_line(const uint8_t* table, size_t size, int first_line, 
 // `use_symbols` false: find _PyRuntime without the ELF symbol tables or
 // the .PyRuntime section, by scanning the interpreter's data, as for a
 // stripped or statically linked interpreter (tests use it to exercise that
-// path on ordinary ones).
-std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols = true);
+// path on ordinary ones). `maps`: the process's mappings when the caller has
+// read them already (a PyTorch process has ~2,000), else they are read here.
+std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols = true,
+                                  const std::vector<Mapping>* maps = nullptr);
 
 }  // namespace hangtrace

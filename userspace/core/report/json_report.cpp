@@ -3,6 +3,10 @@
 // graph's objects, /dev/shm, and the live window.
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <functional>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "hangtrace/report.h"
@@ -74,7 +78,78 @@ nlohmann::json live_json(const LiveObservation* live) {
           {"gpu", report::gpu_json(*live)}};
 }
 
-nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+namespace {
+
+// One process of the report's "processes", its threads with their waits and stacks.
+nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
+  using nlohmann::json;
+  json threads = json::array();
+  for (const auto& t : p.threads) {
+    json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)}};
+    auto it = d.graph.threads.find(t.tid);
+    if (it != d.graph.threads.end()) {
+      const ThreadWait& w = it->second;
+      jt["activity"] = activity_name(w.activity);
+      jt["blocked_s"] = w.blocked_s ? json(*w.blocked_s) : json(nullptr);
+      jt["syscall"] = w.syscall_text.empty() ? json(nullptr) : json(w.syscall_text);
+      jt["wait"] = {{"kind", wait_class_name(w.wait_class)},
+                    {"summary", w.summary},
+                    {"objects", w.objects},
+                    {"timeout_s", w.timeout_s ? json(*w.timeout_s) : json(nullptr)}};
+      jt["kernel_stack"] = w.kernel_stack;
+      jt["progressed"] = w.progressed;
+    }
+    json py = json::array();
+    for (const auto& f : t.python_stack)
+      py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+    jt["python_stack"] = std::move(py);
+    jt["python_stack_error"] = t.python_stack_error.empty() ? json(nullptr) : json(t.python_stack_error);
+    json native = json::array();
+    for (const auto& f : t.native_stack) native.push_back(user_frame_json(f));
+    jt["native_stack"] = std::move(native);
+    // Kernel ; native ; Python interleaved, innermost first: the one stack.
+    json merged = json::array();
+    if (it != d.graph.threads.end())
+      for (const auto& k : it->second.kernel_stack) merged.push_back({{"kind", "kernel"}, {"function", k}});
+    for (const auto& f : merged_user_stack(t)) merged.push_back(user_frame_json(f));
+    jt["stack"] = std::move(merged);
+    jt["holds_gil"] = t.holds_gil;
+    threads.push_back(std::move(jt));
+  }
+  json out = {{"pid", p.pid},
+              {"ppid", p.ppid},
+              {"comm", p.comm},
+              {"cmdline", p.cmdline},
+              {"exe", p.exe},
+              {"role", role_name(p.role)},
+              {"state", std::string(1, p.state)},
+              {"is_python", p.is_python},
+              {"children", p.children},
+              {"threads", std::move(threads)}};
+  if (p.rank) out["rank"] = *p.rank;
+  if (p.world_size) out["world_size"] = *p.world_size;
+  if (p.local_rank) out["local_rank"] = *p.local_rank;
+  out.update(report::process_identity_json(p));
+  return out;
+}
+
+// One object of the wait-for graph.
+nlohmann::json object_json(const std::string& id, const WaitObject& o) {
+  using nlohmann::json;
+  return {{"id", id},
+          {"kind", object_kind_name(o.kind)},
+          {"label", o.label},
+          {"waiters", o.waiters},
+          {"releasers", o.releasers},
+          {"holder_pids", o.holder_pids},
+          {"ready", o.ready},
+          {"external", o.external},
+          {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
+          {"notes", o.notes}};
+}
+
+// The report without its processes and objects (empty arrays).
+nlohmann::json report_head(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
   using nlohmann::json;
   json j;
   j["schema"] = kReportSchema;
@@ -118,79 +193,16 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
                         {"pids", f.pids},
                         {"tids", f.tids},
                         {"summary", f.summary},
-                        {"chain", chain},
+                        {"chain", std::move(chain)},
                         {"evidence", f.evidence},
                         {"advice", f.advice},
                         {"details", f.details}});
   }
-  j["findings"] = findings;
+  j["findings"] = std::move(findings);
 
-  json processes = json::array();
-  for (const auto& p : snap.processes) {
-    json threads = json::array();
-    for (const auto& t : p.threads) {
-      json jt = {{"tid", t.tid}, {"comm", t.comm}, {"state", std::string(1, t.state)}};
-      auto it = d.graph.threads.find(t.tid);
-      if (it != d.graph.threads.end()) {
-        const ThreadWait& w = it->second;
-        jt["activity"] = activity_name(w.activity);
-        jt["blocked_s"] = w.blocked_s ? json(*w.blocked_s) : json(nullptr);
-        jt["syscall"] = w.syscall_text.empty() ? json(nullptr) : json(w.syscall_text);
-        jt["wait"] = {{"kind", wait_class_name(w.wait_class)},
-                      {"summary", w.summary},
-                      {"objects", w.objects},
-                      {"timeout_s", w.timeout_s ? json(*w.timeout_s) : json(nullptr)}};
-        jt["kernel_stack"] = w.kernel_stack;
-        jt["progressed"] = w.progressed;
-      }
-      json py = json::array();
-      for (const auto& f : t.python_stack)
-        py.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
-      jt["python_stack"] = py;
-      jt["python_stack_error"] = t.python_stack_error.empty() ? json(nullptr) : json(t.python_stack_error);
-      json native = json::array();
-      for (const auto& f : t.native_stack) native.push_back(user_frame_json(f));
-      jt["native_stack"] = native;
-      // Kernel ; native ; Python interleaved, innermost first: the one stack.
-      json merged = json::array();
-      if (it != d.graph.threads.end())
-        for (const auto& k : it->second.kernel_stack) merged.push_back({{"kind", "kernel"}, {"function", k}});
-      for (const auto& f : merged_user_stack(t)) merged.push_back(user_frame_json(f));
-      jt["stack"] = merged;
-      jt["holds_gil"] = t.holds_gil;
-      threads.push_back(jt);
-    }
-    processes.push_back({{"pid", p.pid},
-                         {"ppid", p.ppid},
-                         {"comm", p.comm},
-                         {"cmdline", p.cmdline},
-                         {"exe", p.exe},
-                         {"role", role_name(p.role)},
-                         {"state", std::string(1, p.state)},
-                         {"is_python", p.is_python},
-                         {"children", p.children},
-                         {"threads", threads}});
-    if (p.rank) processes.back()["rank"] = *p.rank;
-    if (p.world_size) processes.back()["world_size"] = *p.world_size;
-    if (p.local_rank) processes.back()["local_rank"] = *p.local_rank;
-    processes.back().update(report::process_identity_json(p));
-  }
-  j["processes"] = processes;
+  j["processes"] = json::array();
 
-  json objects = json::array();
-  for (const auto& [id, o] : d.graph.objects) {
-    objects.push_back({{"id", id},
-                       {"kind", object_kind_name(o.kind)},
-                       {"label", o.label},
-                       {"waiters", o.waiters},
-                       {"releasers", o.releasers},
-                       {"holder_pids", o.holder_pids},
-                       {"ready", o.ready},
-                       {"external", o.external},
-                       {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
-                       {"notes", o.notes}});
-  }
-  j["objects"] = objects;
+  j["objects"] = json::array();
 
   json segs = json::array();
   for (const auto& s : snap.shm.largest)
@@ -203,13 +215,85 @@ nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveO
               {"size_bytes", snap.shm.size_bytes},
               {"used_bytes", snap.shm.used_bytes},
               {"unlinked_mapped_bytes", snap.shm.unlinked_mapped_bytes},
-              {"largest", segs}};
+              {"largest", std::move(segs)}};
   j["deadlocked_tids"] = d.deadlocked_tids;
   j["probably_deadlocked_tids"] = d.probably_deadlocked_tids;
   j["live"] = live_json(live);
   if (live) j["live"]["timelines"] = report::timelines_json(snap, d, *live);
   j["limitations"] = snap.limitations;
   return j;
+}
+
+}  // namespace
+
+nlohmann::json render_json(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+  nlohmann::json j = report_head(snap, d, live);
+  for (const auto& p : snap.processes) j["processes"].push_back(process_json(p, d));
+  for (const auto& [id, o] : d.graph.objects) j["objects"].push_back(object_json(id, o));
+  return j;
+}
+
+namespace {
+
+// A top-level array of the report, written one element at a time.
+struct StreamedArray {
+  const char* key;
+  size_t size;
+  std::function<nlohmann::json(size_t)> element;
+  std::string placeholder;  // its stand-in's text in the head
+  size_t at = 0;            // where the stand-in starts in the head
+};
+
+}  // namespace
+
+// The whole tree of a node-sized job (73 processes, 1,100 threads with their
+// stacks; the releasers of every thread's private futex) takes ~100 MB as
+// nlohmann::json; one process, one object at a time it is the text alone.
+// dump(2) of an element of a top-level array is its own dump(2) with every
+// line after the first indented by 4 more spaces (a JSON string holds no raw
+// newline), so the text is exactly render_json(...).dump(2).
+std::string render_json_text(const Snapshot& snap, const Diagnosis& d, const LiveObservation* live) {
+  using nlohmann::json;
+  std::vector<const std::pair<const std::string, WaitObject>*> objects;
+  for (const auto& entry : d.graph.objects) objects.push_back(&entry);
+  std::vector<StreamedArray> arrays = {
+      {"processes", snap.processes.size(), [&](size_t i) { return process_json(snap.processes[i], d); }},
+      {"objects", objects.size(),
+       [&](size_t i) { return object_json(objects[i]->first, objects[i]->second); }},
+  };
+  json j = report_head(snap, d, live);
+  for (auto& a : arrays) {
+    j[a.key] = fmt::format("\x01hangtrace: the {}\x01", a.key);
+    a.placeholder = fmt::format("\n  \"{}\": {}", a.key, j[a.key].dump());
+  }
+  const std::string head = j.dump(2);
+  for (auto& a : arrays) {
+    a.at = head.find(a.placeholder);
+    if (a.at == std::string::npos) return render_json(snap, d, live).dump(2) + "\n";  // cannot happen
+  }
+  std::sort(arrays.begin(), arrays.end(), [](const auto& x, const auto& y) { return x.at < y.at; });
+  std::string out;
+  size_t from_head = 0;
+  for (const auto& a : arrays) {
+    out.append(head, from_head, a.at - from_head);
+    out += fmt::format("\n  \"{}\": ", a.key);
+    from_head = a.at + a.placeholder.size();
+    if (a.size == 0) out += "[]";
+    for (size_t i = 0; i < a.size; ++i) {
+      out += i == 0 ? "[\n    " : ",\n    ";
+      const std::string text = a.element(i).dump(2);
+      for (size_t from = 0; from < text.size();) {
+        size_t nl = std::min(text.find('\n', from), text.size());
+        out.append(text, from, nl - from);
+        if (nl < text.size()) out += "\n    ";
+        from = nl + 1;
+      }
+    }
+    if (a.size) out += "\n  ]";
+  }
+  out.append(head, from_head);
+  out += '\n';
+  return out;
 }
 
 }  // namespace hangtrace

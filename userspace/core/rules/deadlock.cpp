@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <functional>
 #include <map>
 #include <optional>
 
@@ -41,66 +40,117 @@ bool can_move_on(const WaitGraph& g, const ThreadWait& w, bool timed_is_live) {
   return true;
 }
 
+// The dependency graph once, on positions in the ascending list of threads:
+// the releasers of a private futex are every thread of its process, so a
+// process's n parked threads are n * n dependencies, and depends_on (a set
+// per call) for each of the three passes below was most of a diagnosis.
+struct Dependencies {
+  std::vector<int> tids;                // ascending, as g.threads
+  std::vector<std::vector<int>> edges;  // position -> the positions it depends on, ascending
+};
+
+Dependencies dependencies(const WaitGraph& g) {
+  Dependencies d;
+  for (const auto& [tid, w] : g.threads) d.tids.push_back(tid);
+  d.edges.resize(d.tids.size());
+  for (size_t v = 0; v < d.tids.size(); ++v) {
+    for (int r : g.depends_on(d.tids[v])) {
+      auto it = std::lower_bound(d.tids.begin(), d.tids.end(), r);
+      // A releaser that is not a thread of the graph frees nobody.
+      if (it != d.tids.end() && *it == r) d.edges[v].push_back(static_cast<int>(it - d.tids.begin()));
+    }
+  }
+  return d;
+}
+
 // The blocked threads no thread that can move on reaches through the
 // releasers of what they wait on.
-std::set<int> deadlocked(const WaitGraph& g, bool timed_is_live) {
-  std::map<int, std::vector<int>> dependents;  // releaser -> threads it could free
+std::set<int> deadlocked(const WaitGraph& g, const Dependencies& deps, bool timed_is_live) {
+  const size_t n = deps.tids.size();
+  std::vector<std::vector<int>> dependents(n);  // releaser -> threads it could free
+  for (size_t v = 0; v < n; ++v)
+    for (int r : deps.edges[v]) dependents[static_cast<size_t>(r)].push_back(static_cast<int>(v));
   std::deque<int> queue;
-  std::set<int> can_progress;
-  for (const auto& [tid, w] : g.threads) {
-    for (int r : g.depends_on(tid)) dependents[r].push_back(tid);
-    if (can_move_on(g, w, timed_is_live) && w.activity != Activity::Dead) {
-      can_progress.insert(tid);
-      queue.push_back(tid);
+  std::vector<char> can_progress(n, 0);
+  std::vector<const ThreadWait*> waits;
+  for (const auto& [tid, w] : g.threads) waits.push_back(&w);
+  for (size_t v = 0; v < n; ++v) {
+    if (can_move_on(g, *waits[v], timed_is_live) && waits[v]->activity != Activity::Dead) {
+      can_progress[v] = 1;
+      queue.push_back(static_cast<int>(v));
     }
   }
   while (!queue.empty()) {
     int r = queue.front();
     queue.pop_front();
-    for (int t : dependents[r])
-      if (can_progress.insert(t).second) queue.push_back(t);
+    for (int t : dependents[static_cast<size_t>(r)])
+      if (!can_progress[static_cast<size_t>(t)]) {
+        can_progress[static_cast<size_t>(t)] = 1;
+        queue.push_back(t);
+      }
   }
   std::set<int> out;
-  for (const auto& [tid, w] : g.threads)
-    if ((w.activity == Activity::Blocked || w.activity == Activity::TimedWait) && !can_progress.count(tid))
-      out.insert(tid);
+  for (size_t v = 0; v < n; ++v)
+    if ((waits[v]->activity == Activity::Blocked || waits[v]->activity == Activity::TimedWait) &&
+        !can_progress[v])
+      out.insert(deps.tids[v]);
   return out;
 }
 
-// Tarjan's strongly connected components of the dependency graph among `nodes`.
-std::vector<std::vector<int>> strongly_connected(const WaitGraph& g, const std::set<int>& nodes) {
+// Tarjan's strongly connected components of the dependency graph among
+// `nodes`, without recursion (a chain of thousands of threads is a deep
+// one): the components and their members in the order of the recursive form.
+std::vector<std::vector<int>> strongly_connected(const Dependencies& deps, const std::set<int>& nodes) {
+  const size_t n = deps.tids.size();
+  std::vector<char> member(n, 0);
+  for (size_t v = 0; v < n; ++v) member[v] = nodes.count(deps.tids[v]) ? 1 : 0;
   std::vector<std::vector<int>> sccs;
-  std::map<int, int> index, low;
-  std::set<int> on_stack;
+  std::vector<int> index(n, -1), low(n, 0);
+  std::vector<char> on_stack(n, 0);
   std::vector<int> stack;
+  std::vector<std::pair<int, size_t>> work;  // (node, next edge): the recursion's frames
   int counter = 0;
-  std::function<void(int)> strong = [&](int v) {
-    index[v] = low[v] = counter++;
+  auto visit = [&](int v) {
+    index[static_cast<size_t>(v)] = low[static_cast<size_t>(v)] = counter++;
     stack.push_back(v);
-    on_stack.insert(v);
-    for (int w : g.depends_on(v)) {
-      if (!nodes.count(w)) continue;
-      if (!index.count(w)) {
-        strong(w);
-        low[v] = std::min(low[v], low[w]);
-      } else if (on_stack.count(w)) {
-        low[v] = std::min(low[v], index[w]);
+    on_stack[static_cast<size_t>(v)] = 1;
+    work.emplace_back(v, 0);
+  };
+  for (size_t root = 0; root < n; ++root) {
+    if (!member[root] || index[root] >= 0) continue;
+    visit(static_cast<int>(root));
+    while (!work.empty()) {
+      const int u = work.back().first;
+      const size_t i = work.back().second;
+      const auto& out = deps.edges[static_cast<size_t>(u)];
+      if (i < out.size()) {
+        ++work.back().second;
+        const int w = out[i];
+        if (!member[static_cast<size_t>(w)]) continue;
+        if (index[static_cast<size_t>(w)] < 0)
+          visit(w);
+        else if (on_stack[static_cast<size_t>(w)])
+          low[static_cast<size_t>(u)] = std::min(low[static_cast<size_t>(u)], index[static_cast<size_t>(w)]);
+        continue;
+      }
+      if (low[static_cast<size_t>(u)] == index[static_cast<size_t>(u)]) {
+        std::vector<int> comp;
+        int w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[static_cast<size_t>(w)] = 0;
+          comp.push_back(deps.tids[static_cast<size_t>(w)]);
+        } while (w != u);
+        sccs.push_back(std::move(comp));
+      }
+      work.pop_back();
+      if (!work.empty()) {
+        const size_t parent = static_cast<size_t>(work.back().first);
+        low[parent] = std::min(low[parent], low[static_cast<size_t>(u)]);
       }
     }
-    if (low[v] == index[v]) {
-      std::vector<int> comp;
-      int w;
-      do {
-        w = stack.back();
-        stack.pop_back();
-        on_stack.erase(w);
-        comp.push_back(w);
-      } while (w != v);
-      sccs.push_back(comp);
-    }
-  };
-  for (int v : nodes)
-    if (!index.count(v)) strong(v);
+  }
   return sccs;
 }
 
@@ -168,9 +218,10 @@ bool is_deadlock_cycle(const RuleContext& ctx, const std::vector<int>& comp) {
 
 Knot find_knot(const WaitGraph& graph) {
   Knot k;
-  k.strict = deadlocked(graph, true);
-  k.lenient = deadlocked(graph, false);
-  k.sccs = strongly_connected(graph, k.lenient);
+  const Dependencies deps = dependencies(graph);
+  k.strict = deadlocked(graph, deps, true);
+  k.lenient = deadlocked(graph, deps, false);
+  k.sccs = strongly_connected(deps, k.lenient);
   return k;
 }
 

@@ -55,11 +55,14 @@ void add_locks_of_closed_processes(const RuleContext& ctx, Groups& groups) {
     std::set<int> pids;
     for (int t : comp) pids.insert(ctx.pid_of(t));
     if (pids.size() != 1 || comp.size() < 2) continue;
+    // A set: a process's parked threads all release each other's private
+    // futexes, so a component of n threads has n * n dependencies.
+    const std::set<int> members(comp.begin(), comp.end());
     bool sink = true;
-    for (int t : comp)
-      for (int r : ctx.graph.depends_on(t)) sink = sink && std::count(comp.begin(), comp.end(), r);
+    for (size_t i = 0; sink && i < comp.size(); ++i)
+      for (int r : ctx.graph.depends_on(comp[i])) sink = sink && members.count(r);
     int pid = *pids.begin();
-    if (!sink || !std::count(comp.begin(), comp.end(), pid)) continue;
+    if (!sink || !members.count(pid)) continue;
     for (const auto& id : ctx.wait_of(pid)->objects) {
       const WaitObject& o = ctx.object(id);
       if (!is_private_futex(o) || o.owner_tid) continue;
