@@ -12,6 +12,7 @@
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/collectives.h"
+#include "hangtrace/jobs.h"
 #include "hangtrace/text.h"
 
 namespace hangtrace {
@@ -57,12 +58,8 @@ std::string clock_utc(double t) { return format_utc_clock(t) + " UTC"; }
 std::vector<const ProcessInfo*> rank_processes(const LoadedBundle& b) {
   std::vector<const ProcessInfo*> out;
   const Snapshot& s = b.snapshot;
-  for (const auto& p : s.processes) {
-    if (p.role == ProcessRole::Peer || !p.rank) continue;
-    const ProcessInfo* parent = s.process(p.ppid);
-    if (parent && parent->role != ProcessRole::Peer && parent->rank == p.rank) continue;
-    out.push_back(&p);
-  }
+  for (const auto& p : s.processes)
+    if (jobs::is_rank_process(s, p)) out.push_back(&p);
   if (!out.empty()) return out;
   const ProcessInfo* job = b.meta.job_pid ? s.process(b.meta.job_pid) : nullptr;
   if (!job) job = s.process(s.target_pid);

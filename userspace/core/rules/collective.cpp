@@ -10,6 +10,7 @@
 
 #include "hangtrace/collectives.h"
 #include "hangtrace/gpu.h"
+#include "hangtrace/jobs.h"
 #include "rules.h"
 
 namespace hangtrace {
@@ -64,12 +65,10 @@ std::string doing_text(const RuleContext& ctx, const ProcessInfo& p) {
 std::vector<const ProcessInfo*> job_ranks(const RuleContext& ctx, const ProcessInfo& waiting) {
   std::vector<const ProcessInfo*> out;
   for (const auto& p : ctx.snap.processes) {
-    if (p.role == ProcessRole::Peer || !p.rank ||
+    // A DataLoader worker inherits its rank's environment: it is not a rank.
+    if (!jobs::is_rank_process(ctx.snap, p) ||
         (waiting.world_size && p.world_size && *p.world_size != *waiting.world_size))
       continue;
-    // A DataLoader worker inherits its rank's environment: it is not a rank.
-    const ProcessInfo* parent = ctx.snap.process(p.ppid);
-    if (parent && parent->role != ProcessRole::Peer && parent->rank == p.rank) continue;
     out.push_back(&p);
   }
   if (!out.empty()) return out;
