@@ -27,6 +27,8 @@ const char* severity_name(Severity s);
 
 // X(enumerator, name, default severity, priority, doc line)
 #define HANGTRACE_FINDING_KINDS(X)                                                                          \
+  X(Stopped, "stopped", Critical, 2,                                                                        \
+    "a process of the job stopped by a signal or held in a ptrace stop (warning for a few threads alone)")  \
   X(ProcessKilled, "process-killed", Critical, 3,                                                           \
     "(live) a process of the job died of a signal or the OOM killer")                                       \
   X(CollectiveWait, "collective-wait", Critical, 4,                                                         \

@@ -140,6 +140,10 @@ struct ThreadInfo {
   SyscallState syscall;
   std::optional<KernelTaskView> kernel;  // absent when BPF was unavailable
   WaitMemory memory;
+  // The ptrace tracer of this thread (/proc status TracerPid) and its comm;
+  // 0 when none: a debugger or strace attached, and in a ptrace stop (t).
+  int tracer_pid = 0;
+  std::string tracer_comm;
   uint64_t voluntary_switches = 0;  // /proc status voluntary_ctxt_switches
   uint64_t involuntary_switches = 0;
   // Progress counters sampled twice (start and end of the snapshot):

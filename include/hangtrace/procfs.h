@@ -67,6 +67,7 @@ struct ProcStatus {
   // first, the innermost last; one entry outside containers. At most
   // kMaxPidNamespaceDepth (the kernel's MAX_PID_NS_LEVEL).
   std::vector<int> ns_pids;
+  int tracer_pid = 0;  // TracerPid: the ptrace tracer (a debugger, strace), 0 when none
 };
 constexpr size_t kMaxPidNamespaceDepth = 32;
 // Needs at least Name, Tgid and PPid; the other keys are optional.

@@ -33,6 +33,10 @@ void Collector::collect_threads(ProcessInfo& p) {
     if (auto status = proc_.thread_status(p.pid, tid)) {
       t.voluntary_switches = status->voluntary_ctxt_switches;
       t.involuntary_switches = status->nonvoluntary_ctxt_switches;
+      if (status->tracer_pid > 0) {
+        t.tracer_pid = status->tracer_pid;
+        if (auto comm = proc_.comm(status->tracer_pid)) t.tracer_comm = trim(*comm);
+      }
     }
     auto sc = proc_.thread_syscall(p.pid, tid, &err);
     if (sc) {

@@ -186,6 +186,8 @@ json snapshot_to_json(const Snapshot& s) {
                    {"timeout_s", opt(t.memory.timeout_s)},
                    {"timeout_absolute", t.memory.timeout_absolute}}},
                  {"voluntary_switches", t.voluntary_switches},
+                 {"tracer_pid", t.tracer_pid},
+                 {"tracer_comm", t.tracer_comm},
                  {"involuntary_switches", t.involuntary_switches},
                  {"cpu_ns", {t.cpu_ns_start, t.cpu_ns_end}},
                  {"io_bytes", {t.io_bytes_start, t.io_bytes_end}},
@@ -347,6 +349,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           get_if(m, "timeout_absolute", t.memory.timeout_absolute);
         }
         get_if(jt, "voluntary_switches", t.voluntary_switches);
+        get_if(jt, "tracer_pid", t.tracer_pid);
+        get_if(jt, "tracer_comm", t.tracer_comm);
         get_if(jt, "involuntary_switches", t.involuntary_switches);
         if (jt.contains("cpu_ns")) {
           auto v = jt.at("cpu_ns").get<std::vector<uint64_t>>();

@@ -45,11 +45,14 @@ def upload_checkpoint(ack_fd):
 def main():
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(minutes=10))
+    # The workers are forked before gloo starts its threads: a fork while
+    # one of them holds a lock would give a worker a lock nobody unlocks
+    # (a different hang, and a flaky start).
     loader = DataLoader(Samples(), batch_size=4, num_workers=2, persistent_workers=True,
                         multiprocessing_context="fork")
     batches = iter(loader)             # forks the workers now
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(minutes=10))
     workers = ",".join(str(w.pid) for w in batches._workers)
     grad = torch.zeros(16)
     for _ in range(STEPS_BEFORE_CHECKPOINT):

@@ -95,6 +95,8 @@ Result<ProcStatus> parse_status(std::string_view text) {
         st.ns_pids.push_back(*v);
         rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
       }
+    } else if (key == "TracerPid") {
+      if (auto v = parse_int<int>(value)) st.tracer_pid = *v;
     } else if (key == "Threads") {
       if (auto v = parse_int<int>(value)) st.threads = *v;
     } else if (key == "voluntary_ctxt_switches") {

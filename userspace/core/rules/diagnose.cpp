@@ -11,6 +11,7 @@ using Rule = std::vector<Finding> (*)(const rules::RuleContext&);
 // The host rules, in the order their findings are made: findings of equal
 // severity, confidence and priority are reported in this order.
 constexpr Rule kHostRules[] = {
+    rules::stopped_findings,         // stopped
     rules::terminal_findings,        // orphaned-lock, dead-peer
     rules::deadlock_cycle_findings,  // deadlock-cycle
     rules::network_wait_findings,    // network-wait

@@ -22,6 +22,9 @@ std::vector<Finding> deadlock_cycle_findings(const RuleContext& ctx);
 // terminal.cpp: waits nothing alive can end: orphaned-lock, dead-peer.
 std::vector<Finding> terminal_findings(const RuleContext& ctx);
 
+// stopped.cpp: stopped (a process stopped by a signal or a tracer).
+std::vector<Finding> stopped_findings(const RuleContext& ctx);
+
 // network.cpp: network-wait, with what the live window saw of the connection.
 std::vector<Finding> network_wait_findings(const RuleContext& ctx);
 

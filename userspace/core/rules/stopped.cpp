@@ -1,0 +1,93 @@
+// stopped: a process of the job that is not running at all -- stopped by a
+// signal (SIGSTOP, SIGTSTP; state T) or held in a ptrace stop by a debugger
+// or strace (state t) -- releases nothing until someone resumes it, so every
+// wait that leads to it (a peer rank in all_reduce, the main thread waiting
+// for a worker's batch) is stuck behind it. It is the root cause of what
+// waits on it, so it goes ahead of those findings.
+#include <fmt/format.h>
+
+#include "rules.h"
+
+namespace hangtrace::rules {
+
+namespace {
+
+bool is_stopped(char state) { return state == 'T' || state == 't'; }
+
+// Why `t` is stopped, in words, and what resumes it.
+std::pair<std::string, std::string> stop_cause(const ThreadInfo& t, int pid) {
+  if (t.tracer_pid > 0) {
+    std::string tracer = t.tracer_comm.empty() ? std::to_string(t.tracer_pid)
+                                               : fmt::format("{} ({})", t.tracer_pid, t.tracer_comm);
+    return {fmt::format("{} by its tracer {}", t.state == 't' ? "in a ptrace stop" : "stopped", tracer),
+            fmt::format("Continue or detach the debugger/tracer {} (gdb: 'continue' or 'detach'; strace: "
+                        "end it), or kill it: its tracee {} then runs on.",
+                        tracer, pid)};
+  }
+  return {
+      "stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU; a job-control stop, or a scheduler "
+      "or cgroup freezer that suspends it)",
+      fmt::format("Resume it with 'kill -CONT {}', and find out who stopped it: a Ctrl-Z in its "
+                  "terminal, a job scheduler's suspend, or a script sending SIGSTOP.",
+                  pid)};
+}
+
+}  // namespace
+
+std::vector<Finding> stopped_findings(const RuleContext& ctx) {
+  std::vector<Finding> out;
+  for (const auto& p : ctx.snap.processes) {
+    if (p.role == ProcessRole::Peer) continue;
+    std::vector<const ThreadInfo*> stopped;
+    for (const auto& t : p.threads)
+      if (is_stopped(t.state)) stopped.push_back(&t);
+    if (stopped.empty()) continue;
+    const ThreadInfo* lead = p.thread(p.pid);
+    if (!lead || !is_stopped(lead->state)) lead = stopped.front();
+    const bool whole = stopped.size() == p.threads.size();
+    Finding f(FindingKind::Stopped);
+    f.confidence = Confidence::Certain;
+    add_unique(f.pids, p.pid);
+    for (const auto* t : stopped) add_unique(f.tids, t->tid);
+    auto [cause, advice] = stop_cause(*lead, p.pid);
+    // Who waits on it: the main thread's chain, when it leads here.
+    ctx.add_main_chain(f, lead->tid, "");
+    std::vector<int> waiting;  // threads of the job whose wait chain reaches a stopped thread
+    for (const auto& [tid, w] : ctx.graph.threads) {
+      if (!ctx.in_tree(tid) || ctx.pid_of(tid) == p.pid || !ctx.stuck(tid)) continue;
+      for (const auto* t : stopped)
+        if (!ctx.wait_path(tid, t->tid).empty()) {
+          waiting.push_back(tid);
+          break;
+        }
+    }
+    // A whole process stopped freezes its part of the job; one stopped
+    // thread of a running process (a debugger on one thread) may not.
+    f.severity = whole || !waiting.empty() || !f.chain.empty() ? Severity::Critical : Severity::Warning;
+    f.summary = fmt::format(
+        "{} is {}{}: it runs nothing until resumed{}", ctx.thread_label(p.pid),
+        whole ? "" : fmt::format("{} of {} threads ", stopped.size(), p.threads.size()), cause,
+        waiting.empty() ? ""
+                        : fmt::format(", and {} thread{} of the job wait{} on it", waiting.size(),
+                                      waiting.size() > 1 ? "s" : "", waiting.size() > 1 ? "" : "s"));
+    for (const auto* t : stopped)
+      f.evidence.push_back(fmt::format("{} in state {} ({}){}", ctx.thread_label(t->tid), t->state,
+                                       t->state == 't' ? "ptrace stop" : "stopped",
+                                       t->tracer_pid ? fmt::format(", TracerPid {}", t->tracer_pid) : ""));
+    for (size_t i = 0; i < waiting.size() && i < 8; ++i)
+      f.evidence.push_back(fmt::format("{} waits on it", ctx.thread_label(waiting[i])));
+    if (waiting.size() > 8) f.evidence.push_back(fmt::format("... and {} more", waiting.size() - 8));
+    f.advice = {advice};
+    f.details = {
+        {"stopped_tids", f.tids},
+        {"whole_process", whole},
+        {"tracer_pid", lead->tracer_pid ? nlohmann::json(lead->tracer_pid) : nlohmann::json(nullptr)},
+        {"tracer_comm",
+         lead->tracer_comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(lead->tracer_comm)},
+        {"waiting_tids", waiting}};
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace hangtrace::rules
