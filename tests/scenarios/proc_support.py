@@ -220,6 +220,28 @@ def ns_pids(pid):
     return []
 
 
+def tracer_pid(pid):
+    """The pid of pid's ptrace tracer (TracerPid in /proc/PID/status), 0 for
+    none or when it is gone."""
+    for line in (_read("/proc/%d/status" % pid) or "").splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def wait_for(condition, timeout, what, interval=0.2):
+    """Polls `condition` (a real state, never a guess) until it is true and
+    returns its value; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
 def host_pid(inner_pid, under):
     """The host pid of the descendant of `under` whose pid in its innermost
     pid namespace is `inner_pid` (a marker printed inside a container names

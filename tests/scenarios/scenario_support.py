@@ -50,7 +50,9 @@ from proc_support import (  # noqa: F401  (re-exported)
     proc_state,
     wait_for_child,
     ns_pids,
-    host_pid)
+    host_pid,
+    tracer_pid,
+    wait_for)
 
 
 

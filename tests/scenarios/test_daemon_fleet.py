@@ -20,7 +20,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from scenario_support import (BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
+from scenario_support import (wait_for, BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
                               free_port,
                               parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1,
                               hangtrace_bin, wait_until_blocked, workload)
@@ -31,17 +31,6 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 def bpf_program_ids():
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     return {p["id"] for p in json.loads(out or "[]")}
-
-
-def wait_for(condition, timeout, what):
-    """Polls `condition` (a real state, never a guess) until true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
 class FleetTestCase(ScenarioTestCase):

@@ -9,26 +9,10 @@ and, under ptrace, its tracer.
 import os
 import signal
 import subprocess
-import time
 import unittest
 
-from scenario_support import GlooJobClass, proc_state, requires_bpf_and_torch, run_hangtrace
-
-
-def tracer_pid(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    return 0
-
-
-def wait_for(predicate, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.01)
+from scenario_support import (GlooJobClass, proc_state, requires_bpf_and_torch, run_hangtrace, tracer_pid,
+                              wait_for)
 
 
 @requires_bpf_and_torch
@@ -41,17 +25,17 @@ class StoppedRank(GlooJobClass, unittest.TestCase):
         cls.launcher = marker["launcher"][0]
         cls.rank0, cls.rank1 = marker["rank0"][0], marker["rank1"][0]
         os.kill(cls.rank1, signal.SIGSTOP)
-        wait_for(lambda: proc_state(cls.rank1) == "T", "rank 1 to stop")
+        wait_for(lambda: proc_state(cls.rank1) == "T", 30, "rank 1 to stop")
         cls.by_signal = run_hangtrace(cls.launcher)
         os.kill(cls.rank1, signal.SIGCONT)
-        wait_for(lambda: proc_state(cls.rank1) in ("S", "R"), "rank 1 to resume")
+        wait_for(lambda: proc_state(cls.rank1) in ("S", "R"), 30, "rank 1 to resume")
         # gdb attaches (every thread in a ptrace stop) and then runs `cat`,
         # which waits on its stdin: the tracee stays stopped until gdb ends.
         cls.gdb = subprocess.Popen(["gdb", "-nx", "-q", "-batch", "-p", str(cls.rank1), "-ex", "shell cat"],
                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: tracer_pid(cls.rank1) == cls.gdb.pid and proc_state(cls.rank1) == "t",
-                     "gdb to hold rank 1 in a ptrace stop", timeout=60)
+                     60, "gdb to hold rank 1 in a ptrace stop")
             cls.by_tracer = run_hangtrace(cls.launcher)
         finally:
             cls.gdb.kill()
