@@ -56,12 +56,14 @@ TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
 
   size_t with_kstack = 0, with_ustack = 0;
   uint64_t max_wait = 0;
+  std::map<int32_t, size_t> ustack_errors;  // why a walk gave no stack, for the log
   for (const auto& e : a_waits) {
     EXPECT_EQ(e.op, static_cast<uint32_t>(FUTEX_WAIT_PRIVATE));
     EXPECT_EQ(e.timeout_ns, 10'000'000'000ull);  // the relative 10 s as given
     EXPECT_EQ(e.ret, 0);
     if (e.kstack_id >= 0) ++with_kstack;
     if (e.ustack_id >= 0) ++with_ustack;
+    else ++ustack_errors[e.ustack_id];
     max_wait = std::max<uint64_t>(max_wait, e.duration_ns);
   }
   // A wait can be woken between queueing itself and sleeping (the wake's
@@ -84,7 +86,9 @@ TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
     EXPECT_EQ(e.ret, 1);
   }
   std::cout << "A waits with kernel stack " << with_kstack << ", user stack " << with_ustack
-            << "; longest wait " << max_wait / 1000 << " us\n";
+            << "; longest wait " << max_wait / 1000 << " us; stacks lost " << t.counter(HT_CNT_STACKS_LOST)
+            << "\n";
+  for (const auto& [err, n] : ustack_errors) std::cout << "  user stack error " << err << " x" << n << "\n";
   // Every wait slept (nobody changes the words), so each had a switch-out.
   EXPECT_GE(with_kstack, a_waits.size() * 9 / 10);
   EXPECT_GE(with_ustack, a_waits.size() * 9 / 10);
