@@ -142,6 +142,12 @@ struct Finding {
   std::vector<std::string> evidence;
   std::vector<std::string> advice;
   nlohmann::json details = nlohmann::json::object();
+  // The id of the finding at the root of the chain of causes that explains
+  // this one: its threads wait, through others, on that one's ("" for a root).
+  std::string caused_by;
+  // Threads this finding's threads wait for outside the wait-for graph (a
+  // collective's absent ranks), for grouping by cause (not exported).
+  std::vector<int> waits_for_tids;
   int priority = 0;  // ordering key among one severity and confidence, lower first (not exported)
   // Threads along `chain`, the target's main thread first (not exported):
   // with `tids`, the set of threads whose waits make up this finding.

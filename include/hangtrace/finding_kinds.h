@@ -36,6 +36,8 @@ const char* severity_name(Severity s);
   X(GpuWait, "gpu-wait", Warning, 6,                                                                        \
     "a host thread in a CUDA synchronize or synchronous copy for a long time (critical when very long)")    \
   X(ShmExhausted, "shm-exhausted", Critical, 8, "the target's /dev/shm is (nearly) full")                   \
+  X(PoolSelfWait, "pool-self-wait", Critical, 9,                                                            \
+    "every thread of a thread pool runs a task that waits for a result only the same pool can produce")     \
   X(OrphanedLock, "orphaned-lock", Critical, 10,                                                            \
     "a lock wait no live thread can release (its owner is dead, or in another process after fork)")         \
   X(DeadPeer, "dead-peer", Critical, 12,                                                                    \

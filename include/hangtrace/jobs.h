@@ -133,4 +133,11 @@ struct ContainerIdentity {
 };
 ContainerIdentity container_from_cgroup(std::string_view cgroup_text);
 
+// The cgroup whose freezer holds a process frozen, from its /proc/PID/cgroup
+// text and the cgroup mounts under `cgroup_root`: "freezer:/path" when v1's
+// freezer.state is FROZEN or FREEZING, "/path" when v2's cgroup.events says
+// "frozen 1" (under `cgroup_root`/unified on a hybrid host, or the root);
+// "" when it is not frozen or the path is not a plain absolute one.
+std::string frozen_cgroup_of(const std::string& cgroup_text, const std::string& cgroup_root = "/sys/fs/cgroup");
+
 }  // namespace hangtrace::jobs

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -81,8 +82,11 @@ struct ProcessMeta {
   std::optional<uint64_t> memory_limit_bytes;
 };
 
-// The memory controller's path from /proc/PID/cgroup text: the v1 "N:memory:/path"
-// line, else the v2 "0::/path" line (v2 set to true). Empty when neither.
+// A controller's path from /proc/PID/cgroup text: the v1 "N:<controller>:/path"
+// line (also among "N:cpu,cpuacct:/path"), else the v2 "0::/path" line (v2 set
+// to true). Empty when neither.
+std::optional<std::string> cgroup_controller_path(const std::string& proc_cgroup_text,
+                                                  std::string_view controller, bool* v2);
 std::optional<std::string> memory_cgroup_path(const std::string& proc_cgroup_text, bool* v2);
 
 struct BlockedInterval {

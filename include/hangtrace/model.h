@@ -189,6 +189,10 @@ struct ProcessInfo {
   std::vector<int> ns_pids;
   // The container and pod it runs in, from its cgroup path ("" when none).
   std::string container_runtime, container_id, pod_uid;
+  // The cgroup whose freezer holds it frozen ("freezer:/path" for v1's
+  // FROZEN/FREEZING, "/path" for v2's "frozen 1"); "" when it is not frozen.
+  // Frozen threads show state D (v1) or S (v2), yet run nothing until thawed.
+  std::string frozen_cgroup;
   const ThreadInfo* thread(int tid) const;  // nullptr if not one of its threads
 };
 

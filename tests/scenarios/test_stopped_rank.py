@@ -1,6 +1,7 @@
 """Two gloo ranks; rank 0 waits in all_reduce while rank 1 is frozen: first
 by SIGSTOP (state T), then held in a ptrace stop by a debugger that never
-continues it (gdb attached, busy running a shell command: state t).
+continues it (gdb attached, busy running a shell command: state t), then by
+the cgroup v1 freezer (its threads read D: only the cgroup tells).
 
 The root cause is the stopped rank, not rank 0's TCPStore or gloo threads
 waiting on it: the verdict must lead with a `stopped` finding naming rank 1
@@ -40,6 +41,34 @@ class StoppedRank(GlooJobClass, unittest.TestCase):
         finally:
             cls.gdb.kill()
             cls.gdb.wait()
+        wait_for(lambda: proc_state(cls.rank1) in ("S", "R"), 30, "rank 1 to run after gdb")
+        cls.by_freezer = cls.run_frozen(cls.rank1, cls.launcher)
+
+    FREEZER = "/sys/fs/cgroup/freezer"
+
+    @classmethod
+    def run_frozen(cls, pid, target):
+        """hangtrace on `target` while `pid` sits in a frozen v1 freezer cgroup
+        of its own; None where this host has no v1 freezer."""
+        if not os.path.isdir(cls.FREEZER):
+            return None
+        cls.frozen_path = "/hangtrace-test-%d" % os.getpid()
+        cgroup = cls.FREEZER + cls.frozen_path
+        os.mkdir(cgroup)
+        try:
+            with open(cgroup + "/cgroup.procs", "w") as f:
+                f.write(str(pid))
+            with open(cgroup + "/freezer.state", "w") as f:
+                f.write("FROZEN")
+            wait_for(lambda: open(cgroup + "/freezer.state").read().strip() == "FROZEN", 30,
+                     "the freezer cgroup to freeze rank 1")
+            return run_hangtrace(target)
+        finally:
+            with open(cgroup + "/freezer.state", "w") as f:
+                f.write("THAWED")
+            with open(cls.FREEZER + "/cgroup.procs", "w") as f:
+                f.write(str(pid))
+            os.rmdir(cgroup)
 
     def assertStoppedFirst(self, report):
         self.assertEqual(report.returncode, 2, report.dump())
@@ -68,6 +97,28 @@ class StoppedRank(GlooJobClass, unittest.TestCase):
         self.assertEqual(first["details"].get("tracer_pid"), self.gdb.pid, self.by_tracer.dump())
         self.assertEqual(first["details"].get("tracer_comm"), "gdb", self.by_tracer.dump())
         self.assertIn("ptrace stop", first.get("summary", ""), self.by_tracer.dump())
+
+    def test_a_rank_frozen_by_the_cgroup_freezer_is_stopped(self):
+        if self.by_freezer is None:
+            self.skipTest("no cgroup v1 freezer at %s" % self.FREEZER)
+        first = self.assertStoppedFirst(self.by_freezer)
+        self.assertEqual(first["details"].get("frozen_cgroup"), "freezer:" + self.frozen_path,
+                         self.by_freezer.dump())
+        self.assertIn("cgroup freezer", first.get("summary", ""), self.by_freezer.dump())
+        self.assertIn("THAWED", " ".join(first.get("advice") or []), self.by_freezer.dump())
+        # Frozen threads read D; they are not an I/O wait.
+        self.assertFalse(self.by_freezer.of_kind("io-stuck"), self.by_freezer.dump())
+
+    def test_the_peer_ranks_waits_are_grouped_under_the_stopped_rank(self):
+        for report in (self.by_signal, self.by_tracer):
+            findings = report.json["findings"]
+            for f in findings[1:]:
+                if self.rank1 in (f.get("pids") or []) or f.get("kind") == "network-wait":
+                    self.assertEqual(f.get("caused_by"), "F1", report.dump())
+            self.assertIsNone(findings[0].get("caused_by"), report.dump())
+            # The rank waiting on it is among the threads that wait on the stopped one.
+            rank0_threads = {int(t) for t in os.listdir("/proc/%d/task" % self.rank0)}
+            self.assertTrue(rank0_threads & set(findings[0]["details"]["waiting_tids"]), report.dump())
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsOrphaned) {
   const Finding* f = find_kind(d, "orphaned-lock");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->confidence, Confidence::Certain) << "every thread that could unlock it waits with no timeout";
-  EXPECT_EQ(f->tids, (std::vector<int>{200}));
+  // Every stuck thread of the closed process, the lock's waiter first.
+  EXPECT_EQ(f->tids, (std::vector<int>{200, 201}));
   EXPECT_EQ(d.verdict.status, "hang");
 
   // If the helper thread waits with a timeout (and did nothing), it is probable.

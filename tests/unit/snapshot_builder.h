@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/analysis.h"
 #include "hangtrace/model.h"
 #include "hangtrace/syscall_nr.h"
 
@@ -85,6 +86,24 @@ inline ThreadInfo thread_on_cpu(int tid, const std::string& comm, uint64_t cpu_n
 }
 
 // A snapshot of target `target`, built process by process.
+// The findings of `kind` in a diagnosis, in report order.
+inline std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
+  std::vector<const Finding*> out;
+  for (const auto& f : d.findings)
+    if (f.kind == kind) out.push_back(&f);
+  return out;
+}
+
+// A Python frame, as the collector records it.
+inline UserFrame py_frame(const std::string& function, const std::string& file, int line) {
+  UserFrame f;
+  f.kind = UserFrame::Kind::Python;
+  f.function = function;
+  f.file = file;
+  f.line = line;
+  return f;
+}
+
 struct SnapshotBuilder {
   Snapshot s;
 

@@ -3,20 +3,19 @@
 // thread of a running process.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "hangtrace/analysis.h"
+#include "hangtrace/jobs.h"
 #include "snapshot_builder.h"
+#include "temp_dir.h"
 
 namespace hangtrace {
 namespace {
 
+using testing::of_kind;
 using testing::SnapshotBuilder;
-
-std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
-  std::vector<const Finding*> out;
-  for (const auto& f : d.findings)
-    if (f.kind == kind) out.push_back(&f);
-  return out;
-}
 
 // A launcher with two ranks; rank 1's threads in `state`.
 SnapshotBuilder two_ranks(char state, int tracer = 0) {
@@ -82,6 +81,53 @@ TEST(StoppedRule, OneTracedThreadOfARunningProcessIsAWarning) {
 TEST(StoppedRule, NothingStoppedNothingSaid) {
   Diagnosis d = diagnose(two_ranks('S').s);
   EXPECT_TRUE(of_kind(d, FindingKind::Stopped).empty());
+}
+
+// A cgroup v1 freezer leaves its tasks in D (v2: S): only the cgroup says
+// they are frozen.
+TEST(StoppedRule, ARankFrozenByTheCgroupFreezerIsStoppedNotInIo) {
+  SnapshotBuilder b = two_ranks('D');
+  b.find(102)->frozen_cgroup = "freezer:/batch/job7";
+  Diagnosis d = diagnose(b.s);
+  auto found = of_kind(d, FindingKind::Stopped);
+  ASSERT_EQ(found.size(), 1u);
+  const Finding& f = *found.front();
+  EXPECT_EQ(d.findings.front().kind, FindingKind::Stopped);
+  EXPECT_EQ(f.tids, (std::vector<int>{102, 110, 111}));
+  EXPECT_NE(f.summary.find("frozen by the cgroup freezer of /batch/job7"), std::string::npos) << f.summary;
+  EXPECT_NE(f.advice.front().find("echo THAWED > /sys/fs/cgroup/freezer/batch/job7/freezer.state"),
+            std::string::npos)
+      << f.advice.front();
+  EXPECT_EQ(f.details["frozen_cgroup"], "freezer:/batch/job7");
+  EXPECT_EQ(d.graph.threads.at(110).activity, Activity::Stopped);
+}
+
+TEST(StoppedRule, FrozenCgroupFromTheFreezerFiles) {
+  testing::TempDir root{"ht-cgroup"};
+  namespace fs = std::filesystem;
+  auto put = [&](const std::string& rel, const std::string& text) {
+    fs::create_directories((root.path / rel).parent_path());
+    std::ofstream(root.path / rel) << text;
+  };
+  put("freezer/job/a/freezer.state", "FROZEN\n");
+  put("freezer/job/b/freezer.state", "THAWED\n");
+  put("freezer/job/c/freezer.state", "FREEZING\n");
+  put("unified/pod/x/cgroup.events", "populated 1\nfrozen 1\n");
+  put("unified/pod/y/cgroup.events", "populated 1\nfrozen 0\n");
+  const std::string r = root.path.string();
+  using jobs::frozen_cgroup_of;
+  EXPECT_EQ(frozen_cgroup_of("7:freezer:/job/a\n0::/user.slice\n", r), "freezer:/job/a");
+  EXPECT_EQ(frozen_cgroup_of("7:freezer:/job/b\n", r), "");
+  EXPECT_EQ(frozen_cgroup_of("7:freezer:/job/c\n", r), "freezer:/job/c");
+  EXPECT_EQ(frozen_cgroup_of("0::/pod/x\n", r), "/pod/x");
+  EXPECT_EQ(frozen_cgroup_of("0::/pod/y\n", r), "");
+  // Hostile or foreign paths are not followed: outside this cgroup
+  // namespace ("/../.."), relative, a missing cgroup, nothing at all.
+  EXPECT_EQ(frozen_cgroup_of("7:freezer:/../freezer/job/a\n", r), "");
+  EXPECT_EQ(frozen_cgroup_of("7:freezer:job/a\n", r), "");
+  EXPECT_EQ(frozen_cgroup_of("7:freezer:/job/gone\n", r), "");
+  EXPECT_EQ(frozen_cgroup_of("", r), "");
+  EXPECT_EQ(frozen_cgroup_of("garbage without colons", r), "");
 }
 
 }  // namespace

@@ -204,6 +204,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     p.container_runtime = std::move(c.runtime);
     p.container_id = std::move(c.id);
     p.pod_uid = std::move(c.pod_uid);
+    p.frozen_cgroup = jobs::frozen_cgroup_of(*cgroup);
   }
   if (auto ns = proc_.namespace_inode(id, "net")) p.netns = *ns;
   if (auto ns = proc_.namespace_inode(id, "mnt")) p.mntns = *ns;

@@ -267,7 +267,8 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
   return e;
 }
 
-std::optional<std::string> memory_cgroup_path(const std::string& text, bool* v2) {
+std::optional<std::string> cgroup_controller_path(const std::string& text, std::string_view controller,
+                                                  bool* v2) {
   std::optional<std::string> unified;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -287,7 +288,7 @@ std::optional<std::string> memory_cgroup_path(const std::string& text, bool* v2)
     while (start <= controllers.size()) {
       size_t comma = controllers.find(',', start);
       if (controllers.substr(start, comma == std::string::npos ? std::string::npos : comma - start) ==
-          "memory") {
+          controller) {
         if (v2) *v2 = false;
         return path;
       }
@@ -297,6 +298,10 @@ std::optional<std::string> memory_cgroup_path(const std::string& text, bool* v2)
   }
   if (unified && v2) *v2 = true;
   return unified;
+}
+
+std::optional<std::string> memory_cgroup_path(const std::string& text, bool* v2) {
+  return cgroup_controller_path(text, "memory", v2);
 }
 
 // ---- aggregation ----------------------------------------------------------------

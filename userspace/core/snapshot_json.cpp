@@ -168,6 +168,7 @@ json snapshot_to_json(const Snapshot& s) {
     if (!p.ns_pids.empty()) jp["ns_pids"] = p.ns_pids;
     if (!p.container_id.empty() || !p.pod_uid.empty())
       jp["container"] = {{"runtime", p.container_runtime}, {"id", p.container_id}, {"pod_uid", p.pod_uid}};
+    if (!p.frozen_cgroup.empty()) jp["frozen_cgroup"] = p.frozen_cgroup;
     json threads = json::array();
     for (const auto& t : p.threads) {
       json jt = {{"tid", t.tid},
@@ -320,6 +321,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_opt(jp, "world_size", p.world_size);
       get_opt(jp, "local_rank", p.local_rank);
       get_if(jp, "ns_pids", p.ns_pids);
+      get_if(jp, "frozen_cgroup", p.frozen_cgroup);
       if (jp.contains("container") && jp.at("container").is_object()) {
         const json& c = jp.at("container");
         get_if(c, "runtime", p.container_runtime);

@@ -156,6 +156,11 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
       break;
   }
   if (!alive(p)) w.activity = Activity::Dead;
+  // A frozen cgroup's tasks read D (v1) or S (v2) but run nothing until thawed.
+  if (!p.frozen_cgroup.empty() && w.activity != Activity::Dead) {
+    w.activity = Activity::Stopped;
+    w.summary = fmt::format("frozen (cgroup {})", p.frozen_cgroup);
+  }
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::Running)
     w.activity = Activity::Running;
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::InSyscall)

@@ -10,6 +10,8 @@
 #include <string_view>
 
 #include "hangtrace/jobs.h"
+#include "hangtrace/live.h"
+#include "hangtrace/procfs.h"
 
 namespace hangtrace::jobs {
 
@@ -40,6 +42,21 @@ std::string pod_uid_in(std::string_view component) {
     if (dash ? uid[i] != '-' : !is_hex(std::string_view(&uid[i], 1))) return "";
   }
   return uid;
+}
+
+// A cgroup path as /proc/PID/cgroup gives it, safe to append to the cgroup
+// root: absolute, no "." or ".." component (a cgroup outside this cgroup
+// namespace reads "/../.."), bounded.
+bool plain_cgroup_path(const std::string& path) {
+  if (path.empty() || path[0] != '/' || path.size() > 4096) return false;
+  for (size_t pos = 1; pos <= path.size();) {
+    size_t slash = path.find('/', pos);
+    std::string_view part(path.data() + pos, (slash == std::string::npos ? path.size() : slash) - pos);
+    if (part == "." || part == "..") return false;
+    if (slash == std::string::npos) break;
+    pos = slash + 1;
+  }
+  return true;
 }
 
 }  // namespace
@@ -83,6 +100,24 @@ ContainerIdentity container_from_cgroup(std::string_view text) {
     }
   }
   return out;
+}
+
+std::string frozen_cgroup_of(const std::string& cgroup_text, const std::string& cgroup_root) {
+  bool v2 = false;
+  auto path = hangtrace::cgroup_controller_path(cgroup_text, "freezer", &v2);
+  if (!path || !plain_cgroup_path(*path)) return "";
+  if (!v2) {
+    auto state = procfs::read_text_file(cgroup_root + "/freezer" + *path + "/freezer.state", nullptr, 64);
+    return state && (state->rfind("FROZEN", 0) == 0 || state->rfind("FREEZING", 0) == 0) ? "freezer:" + *path
+                                                                                         : "";
+  }
+  // v2: under a hybrid hierarchy's "unified" mount, or at the root.
+  for (const std::string& base : {cgroup_root + "/unified", cgroup_root}) {
+    auto events = procfs::read_text_file(base + *path + "/cgroup.events", nullptr, 4096);
+    if (!events) continue;
+    return events->find("frozen 1") != std::string::npos ? *path : "";
+  }
+  return "";
 }
 
 }  // namespace hangtrace::jobs

@@ -40,6 +40,7 @@ json process_identity_json(const ProcessInfo& p) {
           : json{{"runtime", p.container_runtime.empty() ? json(nullptr) : json(p.container_runtime)},
                  {"id", p.container_id.empty() ? json(nullptr) : json(p.container_id)},
                  {"pod_uid", p.pod_uid.empty() ? json(nullptr) : json(p.pod_uid)}};
+  j["frozen_cgroup"] = p.frozen_cgroup.empty() ? json(nullptr) : json(p.frozen_cgroup);
   return j;
 }
 

@@ -196,7 +196,8 @@ nlohmann::json report_head(const Snapshot& snap, const Diagnosis& d, const LiveO
                         {"chain", std::move(chain)},
                         {"evidence", f.evidence},
                         {"advice", f.advice},
-                        {"details", f.details}});
+                        {"details", f.details},
+                        {"caused_by", f.caused_by.empty() ? json(nullptr) : json(f.caused_by)}});
   }
   j["findings"] = std::move(findings);
 

@@ -163,23 +163,47 @@ void render_processes_and_threads(const Snapshot& snap, const Diagnosis& d, int 
   }
 }
 
-// Every finding; the fix of the first one was shown at the top.
-void render_findings(const std::vector<Finding>& findings, const LineSink& line) {
+// "5 findings caused by this: F2-F6 network-wait (5)" for the findings
+// grouped under `root` (causes.cpp); "" when none.
+std::string caused_line(const std::vector<Finding>& findings, const Finding& root) {
+  std::vector<std::string> ids;
+  std::map<std::string, int> kinds;  // kind -> how many
+  for (const auto& f : findings)
+    if (f.caused_by == root.id) {
+      ids.push_back(f.id);
+      ++kinds[finding_kind_name(f.kind)];
+    }
+  if (ids.empty()) return "";
+  std::vector<std::string> kind_counts;
+  for (const auto& [kind, n] : kinds) kind_counts.push_back(n > 1 ? fmt::format("{} ({})", kind, n) : kind);
+  std::string span = ids.size() > 2 ? fmt::format("{}-{}", ids.front(), ids.back())
+                                    : fmt::format("{}", fmt::join(ids, ", "));
+  return fmt::format("{} finding{} caused by this: {} {}", ids.size(), ids.size() > 1 ? "s" : "", span,
+                     fmt::join(kind_counts, ", "));
+}
+
+// Every finding; the fix of the first one was shown at the top. Findings
+// explained by another (caused_by) are collapsed under it unless -v.
+void render_findings(const std::vector<Finding>& findings, int verbosity, const LineSink& line) {
   if (findings.empty()) return;
   line("");
   line("FINDINGS");
   for (const auto& f : findings) {
-    line(fmt::format("[{}] {} {} {} | pids {}", f.id, severity_name(f.severity),
-                     confidence_name(f.confidence), finding_kind_name(f.kind), fmt::join(f.pids, ", ")));
+    if (!f.caused_by.empty() && verbosity < 1) continue;
+    line(fmt::format("[{}] {} {} {} | pids {}{}", f.id, severity_name(f.severity),
+                     confidence_name(f.confidence), finding_kind_name(f.kind), fmt::join(f.pids, ", "),
+                     f.caused_by.empty() ? "" : fmt::format(" | caused by {}", f.caused_by)));
     line("  " + f.summary);
     if (!f.evidence.empty()) {
       line("  evidence:");
       for (const auto& e : f.evidence) line("    - " + e);
     }
-    if (&f != &findings.front() && !f.advice.empty()) {
+    if (&f != &findings.front() && !f.advice.empty() && f.caused_by.empty()) {
       line("  fix:");
       for (const auto& a : f.advice) line("    - " + a);
     }
+    if (std::string caused = caused_line(findings, f); !caused.empty())
+      line(fmt::format("  {}{}", caused, verbosity < 1 ? " (shown with -v)" : ""));
   }
 }
 
@@ -222,10 +246,14 @@ std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOp
   line("");
   line(fmt::format("VERDICT: {}", d.verdict.summary));
   if (d.progress_stopped) render_progress_stop(*d.progress_stopped, line);
-  if (!d.findings.empty()) render_top_finding(d.findings.front(), line);
+  if (!d.findings.empty()) {
+    if (std::string caused = caused_line(d.findings, d.findings.front()); !caused.empty())
+      line("  " + caused);
+    render_top_finding(d.findings.front(), line);
+  }
   report::render_job(snap, line);
   render_processes_and_threads(snap, d, opt.verbosity, line);
-  render_findings(d.findings, line);
+  render_findings(d.findings, opt.verbosity, line);
   if (snap.shm.available) {
     line("");
     double pct = snap.shm.size_bytes ? 100.0 * snap.shm.used_bytes / snap.shm.size_bytes : 0;

@@ -191,6 +191,7 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
       absent_names.push_back(rank_text(*a->process));
       f.evidence.push_back(fmt::format("{} is not in any collective: {}", rank_text(*a->process), doing));
       f.tids.push_back(a->process->pid);
+      for (const auto& t : a->process->threads) f.waits_for_tids.push_back(t.tid);
     }
     std::string backend = call.backend.empty() ? "" : fmt::format(" ({})", call.backend);
     f.summary =

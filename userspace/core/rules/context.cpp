@@ -127,6 +127,12 @@ bool RuleContext::reachable_from_main(int tid) const {
   return tid == snap.target_pid || !wait_path(snap.target_pid, tid).empty();
 }
 
+bool RuleContext::is_fork_child(int pid) const {
+  const ProcessInfo* p = snap.process(pid);
+  const ProcessInfo* parent = p ? snap.process(p->ppid) : nullptr;
+  return parent && !p->cmdline.empty() && p->cmdline == parent->cmdline && p->exe == parent->exe;
+}
+
 void RuleContext::add_main_chain(Finding& f, int cause_tid, const std::string& cause_object) const {
   const int main_tid = snap.target_pid;
   WaitPath path = wait_path(main_tid, cause_tid);

@@ -67,6 +67,9 @@ struct RuleContext {
   WaitPath wait_path(int from, int to) const;
   std::vector<ChainStep> chain_steps(int from, const WaitPath& path) const;
   bool reachable_from_main(int tid) const;
+  // `pid` is a fork()ed copy of its parent (same executable and command line,
+  // as DataLoader workers are), not a process that exec'd or spawned.
+  bool is_fork_child(int pid) const;
   // The chain from the target's main thread to `cause_tid` (when it waits on
   // it), then `cause_tid`'s wait on `cause_object` (when given).
   void add_main_chain(Finding& f, int cause_tid, const std::string& cause_object) const;

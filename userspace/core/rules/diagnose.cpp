@@ -12,6 +12,7 @@ using Rule = std::vector<Finding> (*)(const rules::RuleContext&);
 // severity, confidence and priority are reported in this order.
 constexpr Rule kHostRules[] = {
     rules::stopped_findings,         // stopped
+    rules::pool_self_wait_findings,  // pool-self-wait
     rules::terminal_findings,        // orphaned-lock, dead-peer
     rules::deadlock_cycle_findings,  // deadlock-cycle
     rules::network_wait_findings,    // network-wait
@@ -48,6 +49,7 @@ Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options, con
 
   d.findings = std::move(ctx.findings);
   rules::order_findings(d.findings);
+  rules::group_by_cause(ctx, d.findings);
   if (live) rules::add_live_evidence(ctx, d.findings);
   d.verdict = rules::verdict_for(snapshot, d.graph, d.findings);
   if (d.verdict.status == "hang" || d.verdict.status == "suspect")

@@ -19,7 +19,11 @@ namespace hangtrace::rules {
 Knot find_knot(const WaitGraph& graph);
 std::vector<Finding> deadlock_cycle_findings(const RuleContext& ctx);
 
-// terminal.cpp: waits nothing alive can end: orphaned-lock, dead-peer.
+// pool.cpp: pool-self-wait (a thread pool whose tasks wait on the same pool).
+std::vector<Finding> pool_self_wait_findings(const RuleContext& ctx);
+
+// terminal.cpp: waits nothing alive can end: orphaned-lock, dead-peer (not
+// for a process pool-self-wait explains: it runs after that rule).
 std::vector<Finding> terminal_findings(const RuleContext& ctx);
 
 // stopped.cpp: stopped (a process stopped by a signal or a tracer).
@@ -44,8 +48,14 @@ std::vector<Finding> gpu_findings(const RuleContext& ctx);
 void add_live_evidence(const RuleContext& ctx, std::vector<Finding>& findings);
 std::optional<ProgressStop> progress_stopped(const RuleContext& ctx, const Finding& top);
 
-// verdict.cpp: findings in report order with their ids, and the verdict.
+// verdict.cpp: findings in report order with their ids ("F1", ...), and the verdict.
 void order_findings(std::vector<Finding>& findings);
+void number_findings(std::vector<Finding>& findings);
+
+// causes.cpp, on the ordered findings: each finding whose waits lead to the
+// threads of another is moved after the root of its chain of causes, with
+// caused_by naming that root; roots keep their order, the first is the verdict.
+void group_by_cause(const RuleContext& ctx, std::vector<Finding>& findings);
 Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings);
 
 }  // namespace hangtrace::rules

@@ -1,6 +1,7 @@
 // stopped: a process of the job that is not running at all -- stopped by a
-// signal (SIGSTOP, SIGTSTP; state T) or held in a ptrace stop by a debugger
-// or strace (state t) -- releases nothing until someone resumes it, so every
+// signal (SIGSTOP, SIGTSTP; state T), held in a ptrace stop by a debugger
+// or strace (state t), or frozen by its cgroup's freezer (state D or S, so
+// only the cgroup tells) -- releases nothing until someone resumes it, so every
 // wait that leads to it (a peer rank in all_reduce, the main thread waiting
 // for a worker's batch) is stuck behind it. It is the root cause of what
 // waits on it, so it goes ahead of those findings.
@@ -12,10 +13,25 @@ namespace hangtrace::rules {
 
 namespace {
 
-bool is_stopped(char state) { return state == 'T' || state == 't'; }
+bool is_stopped(const ProcessInfo& p, const ThreadInfo& t) {
+  return t.state == 'T' || t.state == 't' || (!p.frozen_cgroup.empty() && t.state != 'Z' && t.state != 'X');
+}
 
-// Why `t` is stopped, in words, and what resumes it.
-std::pair<std::string, std::string> stop_cause(const ThreadInfo& t, int pid) {
+// Why `t` of `p` is stopped, in words, and what resumes it.
+std::pair<std::string, std::string> stop_cause(const ProcessInfo& p, const ThreadInfo& t) {
+  const int pid = p.pid;
+  if (!p.frozen_cgroup.empty()) {
+    const bool v1 = p.frozen_cgroup.rfind("freezer:", 0) == 0;
+    const std::string path = v1 ? p.frozen_cgroup.substr(8) : p.frozen_cgroup;
+    return {fmt::format("frozen by the cgroup freezer of {} ({})", path,
+                        v1 ? "freezer.state FROZEN" : "cgroup.freeze 1"),
+            v1 ? fmt::format("Thaw it: 'echo THAWED > /sys/fs/cgroup/freezer{}/freezer.state' (or 'docker "
+                             "unpause' / the scheduler's resume for that container or job).",
+                             path)
+               : fmt::format("Thaw it: 'echo 0 > /sys/fs/cgroup{}/cgroup.freeze' (or 'docker unpause' / the "
+                             "scheduler's resume for that container or job).",
+                             path)};
+  }
   if (t.tracer_pid > 0) {
     std::string tracer = t.tracer_comm.empty() ? std::to_string(t.tracer_pid)
                                                : fmt::format("{} ({})", t.tracer_pid, t.tracer_comm);
@@ -25,8 +41,8 @@ std::pair<std::string, std::string> stop_cause(const ThreadInfo& t, int pid) {
                         tracer, pid)};
   }
   return {
-      "stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU; a job-control stop, or a scheduler "
-      "or cgroup freezer that suspends it)",
+      "stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU; a job-control stop, or a scheduler's "
+      "suspend)",
       fmt::format("Resume it with 'kill -CONT {}', and find out who stopped it: a Ctrl-Z in its "
                   "terminal, a job scheduler's suspend, or a script sending SIGSTOP.",
                   pid)};
@@ -40,21 +56,27 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx) {
     if (p.role == ProcessRole::Peer) continue;
     std::vector<const ThreadInfo*> stopped;
     for (const auto& t : p.threads)
-      if (is_stopped(t.state)) stopped.push_back(&t);
+      if (is_stopped(p, t)) stopped.push_back(&t);
     if (stopped.empty()) continue;
     const ThreadInfo* lead = p.thread(p.pid);
-    if (!lead || !is_stopped(lead->state)) lead = stopped.front();
+    if (!lead || !is_stopped(p, *lead)) lead = stopped.front();
     const bool whole = stopped.size() == p.threads.size();
     Finding f(FindingKind::Stopped);
     f.confidence = Confidence::Certain;
     add_unique(f.pids, p.pid);
     for (const auto* t : stopped) add_unique(f.tids, t->tid);
-    auto [cause, advice] = stop_cause(*lead, p.pid);
+    auto [cause, advice] = stop_cause(p, *lead);
     // Who waits on it: the main thread's chain, when it leads here.
     ctx.add_main_chain(f, lead->tid, "");
-    std::vector<int> waiting;  // threads of the job whose wait chain reaches a stopped thread
+    // Threads of the job whose wait chain reaches a stopped thread. Not only
+    // the knot's: a stopped task counts as able to move on (a SIGCONT ends
+    // it), so what waits on it is blocked, not deadlocked.
+    std::vector<int> waiting;
     for (const auto& [tid, w] : ctx.graph.threads) {
-      if (!ctx.in_tree(tid) || ctx.pid_of(tid) == p.pid || !ctx.stuck(tid)) continue;
+      if (!ctx.in_tree(tid) || ctx.pid_of(tid) == p.pid || w.progressed) continue;
+      if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait &&
+          w.activity != Activity::DiskWait)
+        continue;
       for (const auto* t : stopped)
         if (!ctx.wait_path(tid, t->tid).empty()) {
           waiting.push_back(tid);
@@ -72,7 +94,9 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx) {
                                       waiting.size() > 1 ? "s" : "", waiting.size() > 1 ? "" : "s"));
     for (const auto* t : stopped)
       f.evidence.push_back(fmt::format("{} in state {} ({}){}", ctx.thread_label(t->tid), t->state,
-                                       t->state == 't' ? "ptrace stop" : "stopped",
+                                       t->state == 't'   ? "ptrace stop"
+                                       : t->state == 'T' ? "stopped"
+                                                         : "frozen",
                                        t->tracer_pid ? fmt::format(", TracerPid {}", t->tracer_pid) : ""));
     for (size_t i = 0; i < waiting.size() && i < 8; ++i)
       f.evidence.push_back(fmt::format("{} waits on it", ctx.thread_label(waiting[i])));
@@ -84,6 +108,8 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx) {
         {"tracer_pid", lead->tracer_pid ? nlohmann::json(lead->tracer_pid) : nlohmann::json(nullptr)},
         {"tracer_comm",
          lead->tracer_comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(lead->tracer_comm)},
+        {"frozen_cgroup",
+         p.frozen_cgroup.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.frozen_cgroup)},
         {"waiting_tids", waiting}};
     out.push_back(std::move(f));
   }

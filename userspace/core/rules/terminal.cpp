@@ -14,7 +14,13 @@ namespace {
 // Objects that make one finding, by a key whose text also orders the
 // findings: an object's id, or for a private lock its address and owner, so
 // that the fork()ed copies of one lock (one per worker) make one finding.
-using Groups = std::map<std::string, std::vector<std::string>>;
+struct Group {
+  std::vector<std::string> ids;
+  // A process whose threads only wait on each other: all of them, the
+  // lock's waiters first (add_locks_of_closed_processes).
+  std::vector<int> knot_tids;
+};
+using Groups = std::map<std::string, Group>;
 
 bool is_private_futex(const WaitObject& o) {
   return o.kind == ObjectKind::Futex && o.futex && !o.futex->shared;
@@ -43,7 +49,7 @@ void add_unreleasable_objects(const RuleContext& ctx, Groups& groups) {
     bool no_releaser = o.releasers.empty();
     bool self_only = o.only_self_holders && o.kind != ObjectKind::Futex;
     if (!no_releaser && !self_only) continue;
-    groups[is_private_futex(o) ? private_lock_key(o) : id].push_back(id);
+    groups[is_private_futex(o) ? private_lock_key(o) : id].ids.push_back(id);
   }
 }
 
@@ -63,16 +69,35 @@ void add_locks_of_closed_processes(const RuleContext& ctx, Groups& groups) {
       for (int r : ctx.graph.depends_on(comp[i])) sink = sink && members.count(r);
     int pid = *pids.begin();
     if (!sink || !members.count(pid)) continue;
+    // A pool waiting on itself is that finding's (pool.cpp), with its advice.
+    bool pool = std::any_of(ctx.findings.begin(), ctx.findings.end(), [&](const Finding& f) {
+      return f.kind == FindingKind::PoolSelfWait && std::count(f.pids.begin(), f.pids.end(), pid);
+    });
+    if (pool) continue;
     for (const auto& id : ctx.wait_of(pid)->objects) {
       const WaitObject& o = ctx.object(id);
       if (!is_private_futex(o) || o.owner_tid) continue;
-      groups[private_lock_key(o)].push_back(id);
+      Group& g = groups[private_lock_key(o)];
+      g.ids.push_back(id);
+      for (int t : comp) add_unique(g.knot_tids, t);
     }
   }
 }
 
+// The lock came across a fork: its owner is a thread of another process (the
+// parent whose copy it is), or the waiting process is a fork child (its
+// parent's command line) and no thread of its own holds the lock.
+bool lock_came_across_fork(const RuleContext& ctx, const WaitObject& lock, int waiter_pid,
+                           bool in_process_knot) {
+  if (lock.owner_tid) {
+    auto it = ctx.graph.tid_to_pid.find(*lock.owner_tid);
+    if (it != ctx.graph.tid_to_pid.end() && it->second != waiter_pid) return true;
+  }
+  return !in_process_knot && ctx.is_fork_child(waiter_pid);
+}
+
 void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject& lock,
-                            const std::vector<int>& waiters, const std::string& who) {
+                            const std::vector<int>& waiters, const std::string& who, bool in_process_knot) {
   std::string reason;
   if (lock.owner_tid) {
     auto it = ctx.graph.tid_to_pid.find(*lock.owner_tid);
@@ -96,6 +121,34 @@ void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject
   f.details["lock"] = lock.label;
   f.summary = fmt::format("{} wait{} forever on {} that no live thread can release: {}", who,
                           waiters.size() == 1 ? "s" : "", lock.label, reason);
+  const bool fork = lock_came_across_fork(ctx, lock, ctx.pid_of(waiters[0]), in_process_knot);
+  f.details["across_fork"] = fork;
+  // No owner recorded and no fork: the process's own threads hold it (a
+  // thread that acquired a non-reentrant lock twice, or one that waits on
+  // the others).
+  if (!fork && (in_process_knot || !lock.owner_tid)) {
+    f.advice = {
+        "The threads of one process wait on each other: each holds, or is the only one that could signal, "
+        "what another waits for. Their stacks above (py: lines) show which locks, queues, events or futures; "
+        "take locks in one order everywhere, and never wait for work that only a thread now waiting "
+        "could do.",
+        "Give the waits a timeout (Lock.acquire(timeout=...), queue.get(timeout=...), future.result("
+        "timeout=...)) so a stuck thread fails loudly, and dump the stacks on a signal (faulthandler."
+        "register(signal.SIGUSR1)).",
+    };
+    return;
+  }
+  if (!fork) {
+    f.advice = {
+        "The lock's owner is gone while holding it: a thread that exited (or was cancelled, or a process "
+        "killed) inside its critical section. Release locks in finally / with-blocks, and don't kill "
+        "threads or processes that may hold a lock shared with others (a multiprocessing.Lock, a POSIX "
+        "semaphore in /dev/shm).",
+        "A lock shared between processes outlives a holder killed by the OOM killer or a signal: check "
+        "dmesg / journalctl -k for the holder's death, and prefer robust mutexes or timeouts.",
+    };
+    return;
+  }
   f.advice = {
       "A lock was held (by another thread) at the moment the process forked; the child got a copy "
       "that is locked forever. Start DataLoader workers with multiprocessing_context='spawn' (or "
@@ -145,12 +198,13 @@ std::vector<Finding> terminal_findings(const RuleContext& ctx) {
   Groups groups;
   add_unreleasable_objects(ctx, groups);
   add_locks_of_closed_processes(ctx, groups);
-  for (auto& [key, ids] : groups) {
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (auto& [key, g] : groups) {
+    std::sort(g.ids.begin(), g.ids.end());
+    g.ids.erase(std::unique(g.ids.begin(), g.ids.end()), g.ids.end());
   }
   std::vector<Finding> out;
-  for (const auto& [key, ids] : groups) {
+  for (const auto& [key, g] : groups) {
+    const std::vector<std::string>& ids = g.ids;
     const WaitObject& first = ctx.object(ids.front());
     Finding f(first.kind == ObjectKind::Futex ? FindingKind::OrphanedLock : FindingKind::DeadPeer);
     std::vector<int> waiters;
@@ -161,6 +215,7 @@ std::vector<Finding> terminal_findings(const RuleContext& ctx) {
       add_unique(f.tids, t);
       add_unique(f.pids, ctx.pid_of(t));
     }
+    for (int t : g.knot_tids) add_unique(f.tids, t);  // every stuck thread of a closed process
     // Certain when every thread that could release it is itself in a wait
     // with no timeout inside the same closed set (strict knot).
     std::vector<int> involved = waiters;
@@ -171,11 +226,14 @@ std::vector<Finding> terminal_findings(const RuleContext& ctx) {
                                           : fmt::format("{} threads ({})", waiters.size(),
                                                         ctx.thread_label(waiters[0]) + ", ...");
     if (f.kind == FindingKind::OrphanedLock)
-      describe_orphaned_lock(ctx, f, first, waiters, who);
+      describe_orphaned_lock(ctx, f, first, waiters, who, !g.knot_tids.empty());
     else
       describe_dead_peer(ctx, f, first, who);
     for (const auto& n : first.notes) f.evidence.push_back(n);
-    for (int t : waiters) ctx.add_thread_evidence(f, t);
+    constexpr size_t kThreadsShown = 16;
+    for (size_t i = 0; i < f.tids.size() && i < kThreadsShown; ++i) ctx.add_thread_evidence(f, f.tids[i]);
+    if (f.tids.size() > kThreadsShown)
+      f.evidence.push_back(fmt::format("... and {} more threads", f.tids.size() - kThreadsShown));
     std::string cause_object = ids.front();
     for (const auto& id : ids) {
       const auto& ws = ctx.object(id).waiters;

@@ -13,6 +13,10 @@ void order_findings(std::vector<Finding>& findings) {
     if (a.confidence != b.confidence) return a.confidence > b.confidence;
     return a.priority < b.priority;
   });
+  number_findings(findings);
+}
+
+void number_findings(std::vector<Finding>& findings) {
   for (size_t i = 0; i < findings.size(); ++i) findings[i].id = fmt::format("F{}", i + 1);
 }
 
