@@ -17,8 +17,8 @@ using testing::native;
 using testing::py;
 using testing::SnapshotBuilder;
 
-constexpr uint64_t kGil = 0xa5b740;           // _PyRuntime.ceval.gil
-constexpr uint64_t kGilCond = kGil + 48;      // the futex word of gil->cond
+constexpr uint64_t kGil = 0xa5b740;       // _PyRuntime.ceval.gil
+constexpr uint64_t kGilCond = kGil + 48;  // the futex word of gil->cond
 constexpr uint64_t kPipe = 7000;
 constexpr const char* kPython = "/usr/bin/python3.11";
 
@@ -34,20 +34,28 @@ ThreadInfo& gil_waiter(SnapshotBuilder& b, int pid, int tid) {
   return b.futex_wait(pid, tid, kGilCond, false, {}, 0.005, 0.004);
 }
 
-// Python 200: main thread 200 and thread 201 wait for the GIL; 202 holds it
-// and reads pipe:[7000] for `held_s`. The write end is held by a `sleep`
-// child 210 (`writer_is_child`) or only by process 200 itself.
-SnapshotBuilder gil_held(double held_s, bool writer_is_child = true) {
+// Python 200 (its GIL state at kGil) whose main thread 200 and thread 201
+// wait for the GIL.
+SnapshotBuilder python_with_gil_waiters() {
   SnapshotBuilder b(200);
   ProcessInfo& p = b.proc(200, 1, ProcessRole::Target);
   p.is_python = true;
   p.python_gils = {kGil};
   gil_waiter(b, 200, 200);
   gil_waiter(b, 200, 201);
+  return b;
+}
+
+// python_with_gil_waiters, and thread 202 holds the GIL and reads
+// pipe:[7000] for `held_s`. The write end is held by a `sleep` child 210
+// (`writer_is_child`) or only by process 200 itself.
+SnapshotBuilder gil_held(double held_s, bool writer_is_child = true) {
+  SnapshotBuilder b = python_with_gil_waiters();
   ThreadInfo& h = b.thread(200, 202, 'S', held_s);
   testing::in_syscall(h, HT_NR_read, {3, 0x7f0000, 1});
   h.holds_gil = true;
-  h.python_stack = {py("holder", "/w/gil_held_read.py", 61), py("Thread.run", "/usr/lib/python3.11/threading.py", 975)};
+  h.python_stack = {py("holder", "/w/gil_held_read.py", 61),
+                    py("Thread.run", "/usr/lib/python3.11/threading.py", 975)};
   h.native_stack = {native("read", "/lib/x86_64-linux-gnu/libc.so.6", 0x7f01, 0x101, ""),
                     native("ffi_call", "/lib/x86_64-linux-gnu/libffi.so.8", 0x7f02, 0x202, ""),
                     native("_PyEval_EvalFrameDefault", kPython, 0x52b9e0, 0x12b9e0, "")};
@@ -63,9 +71,11 @@ SnapshotBuilder gil_held(double held_s, bool writer_is_child = true) {
   return b;
 }
 
-bool chain_has(const Finding& f, const std::string& from_part, const std::string& edge, const std::string& to_part) {
+bool chain_has(const Finding& f, const std::string& from_part, const std::string& edge,
+               const std::string& to_part) {
   for (const auto& s : f.chain)
-    if (s.edge == edge && s.from.find(from_part) != std::string::npos && s.to.find(to_part) != std::string::npos)
+    if (s.edge == edge && s.from.find(from_part) != std::string::npos &&
+        s.to.find(to_part) != std::string::npos)
       return true;
   return false;
 }
@@ -116,8 +126,10 @@ TEST(GilHeldRule, AHolderBlockedOnAPipePastTheStallThresholdIsCritical) {
   EXPECT_EQ(f.chain.front().from, "main 200 (python3)");
   bool python = false, native_stack = false;
   for (const auto& e : f.evidence) {
-    python = python || e.find("Python stack of the holder: holder (/w/gil_held_read.py:61)") != std::string::npos;
-    native_stack = native_stack || e.find("native stack of the holder: read <- ffi_call") != std::string::npos;
+    python =
+        python || e.find("Python stack of the holder: holder (/w/gil_held_read.py:61)") != std::string::npos;
+    native_stack =
+        native_stack || e.find("native stack of the holder: read <- ffi_call") != std::string::npos;
   }
   EXPECT_TRUE(python);
   EXPECT_TRUE(native_stack);
@@ -131,6 +143,10 @@ TEST(GilHeldRule, AHolderBlockedOnAPipePastTheStallThresholdIsCritical) {
   EXPECT_NE(d.verdict.summary.find("gil-held"), std::string::npos) << d.verdict.summary;
   EXPECT_NE(d.verdict.summary.find("thread 202"), std::string::npos) << d.verdict.summary;
   EXPECT_EQ(exit_status_for(d), 2);
+  // Progress stopped when the holder blocked, not at the waiters' last 5 ms retry.
+  ASSERT_TRUE(d.progress_stopped);
+  EXPECT_EQ(d.progress_stopped->tid, 202);
+  EXPECT_NEAR(d.progress_stopped->ago_s, 30, 0.01);
 }
 
 TEST(GilHeldRule, AHolderWhoseWaitCanNeverEndIsCriticalAndCertainAtOnce) {
@@ -160,12 +176,7 @@ TEST(GilHeldRule, AShortHolderWaitIsAWarning) {
 
 TEST(GilHeldRule, AHealthyJobHandingTheGilAroundHasNoFinding) {
   // The holder computes; the others wait their turn in take_gil.
-  SnapshotBuilder b(200);
-  ProcessInfo& p = b.proc(200, 1, ProcessRole::Target);
-  p.is_python = true;
-  p.python_gils = {kGil};
-  gil_waiter(b, 200, 200);
-  gil_waiter(b, 200, 201);
+  SnapshotBuilder b = python_with_gil_waiters();
   b.running(200, 202).holds_gil = true;
   Diagnosis d = diagnose(b.s);
   EXPECT_TRUE(d.findings.empty()) << d.findings.front().summary;
@@ -208,26 +219,27 @@ TEST(GilGraph, GilWaitsAreRecognisedFromNativeStacksWithoutGilAddresses) {
   EXPECT_TRUE(recognised(cond_wait_under({native("drop_gil", kPython, 3, 3, "")})));
   // Stripped take_gil, called from the eval loop's drop request handling or
   // from PyEval_RestoreThread.
-  EXPECT_TRUE(recognised(
-      cond_wait_under({native("", kPython, 3, 3, ""), native("_PyEval_EvalFrameDefault", kPython, 4, 4, "")})));
+  EXPECT_TRUE(recognised(cond_wait_under(
+      {native("", kPython, 3, 3, ""), native("_PyEval_EvalFrameDefault", kPython, 4, 4, "")})));
   EXPECT_TRUE(recognised(
       cond_wait_under({native("", kPython, 3, 3, ""), native("PyEval_RestoreThread", kPython, 4, 4, "")})));
   // take_gil inlined into its caller (3.13's _PyThreadState_Attach).
-  EXPECT_TRUE(recognised(cond_wait_under({native("_PyThreadState_Attach", "/lib/libpython3.13.so", 3, 3, "")})));
+  EXPECT_TRUE(
+      recognised(cond_wait_under({native("_PyThreadState_Attach", "/lib/libpython3.13.so", 3, 3, "")})));
   // The lock-based GIL of old interpreters.
   EXPECT_TRUE(recognised({native("sem_wait", "/lib/libc.so.6", 1, 1, ""),
                           native("PyThread_acquire_lock", kPython, 2, 2, ""),
                           native("PyEval_RestoreThread", kPython, 3, 3, "")}));
 
   // threading.Lock.acquire: PyThread_acquire_lock_timed from _thread's frames.
-  EXPECT_FALSE(recognised({native("do_futex_wait", "/lib/libc.so.6", 1, 1, ""),
-                           native("__new_sem_wait_slow64", "/lib/libc.so.6", 2, 2, ""),
-                           native("PyThread_acquire_lock_timed", kPython, 3, 3, ""),
-                           native("", kPython, 4, 4, ""), native("", kPython, 5, 5, ""),
-                           native("_PyEval_EvalFrameDefault", kPython, 6, 6, "")}));
+  EXPECT_FALSE(
+      recognised({native("do_futex_wait", "/lib/libc.so.6", 1, 1, ""),
+                  native("__new_sem_wait_slow64", "/lib/libc.so.6", 2, 2, ""),
+                  native("PyThread_acquire_lock_timed", kPython, 3, 3, ""), native("", kPython, 4, 4, ""),
+                  native("", kPython, 5, 5, ""), native("_PyEval_EvalFrameDefault", kPython, 6, 6, "")}));
   // A C extension's own condition wait, called straight from the eval loop.
-  EXPECT_FALSE(recognised(cond_wait_under(
-      {native("", "/site-packages/ext.so", 3, 3, ""), native("_PyEval_EvalFrameDefault", kPython, 4, 4, "")})));
+  EXPECT_FALSE(recognised(cond_wait_under({native("", "/site-packages/ext.so", 3, 3, ""),
+                                           native("_PyEval_EvalFrameDefault", kPython, 4, 4, "")})));
   EXPECT_FALSE(recognised(cond_wait_under({native("worker_loop", "/site-packages/ext.so", 3, 3, "")})));
   EXPECT_FALSE(recognised({}));
 }
