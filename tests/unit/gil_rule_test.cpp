@@ -127,7 +127,7 @@ TEST(GilHeldRule, AHolderBlockedOnAPipePastTheStallThresholdIsCritical) {
   bool python = false, native_stack = false;
   for (const auto& e : f.evidence) {
     python =
-        python || e.find("Python stack of the holder: holder (/w/gil_held_read.py:61)") != std::string::npos;
+        python || e.find("Python stack of the holder: holder (gil_held_read.py:61)") != std::string::npos;
     native_stack =
         native_stack || e.find("native stack of the holder: read <- ffi_call") != std::string::npos;
   }
