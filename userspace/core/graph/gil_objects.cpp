@@ -117,10 +117,9 @@ std::string GraphBuilder::gil_object(const ProcessInfo& p, ThreadWait& w) {
       o.notes.push_back("the GIL's holder is unknown (the interpreter's state was not read)");
     }
   }
-  const bool interval_known = w.timeout_s && *w.timeout_s > 0 && *w.timeout_s < 1;
-  w.summary = fmt::format("waits for the {}{} (retrying every {})", o.label,
-                          o.owner_tid ? fmt::format(" held by TID {}", *o.owner_tid) : std::string(),
-                          interval_known ? fmt::format("{:.3g} ms", *w.timeout_s * 1000) : "switch interval");
+  w.summary =
+      fmt::format("waits for the {}{} (take_gil: a timed wait, retried until the holder lets go)", o.label,
+                  o.owner_tid ? fmt::format(" held by TID {}", *o.owner_tid) : std::string());
   return id;
 }
 
