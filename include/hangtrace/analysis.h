@@ -35,6 +35,7 @@ enum class ObjectKind {
   EventFd,
   File,
   Child,
+  Gil,  // the GIL of one Python process (its interpreter), released by its holder
   Unknown
 };
 const char* object_kind_name(ObjectKind k);
@@ -52,7 +53,7 @@ struct FutexLocation {
 };
 
 struct WaitObject {
-  std::string id;  // stable key: "pipe:[123]:r", "futex:shared:0:5:1234:0x40", "child:77"
+  std::string id;  // stable key: "pipe:[123]:r", "futex:shared:0:5:1234:0x40", "child:77", "gil:212"
   ObjectKind kind = ObjectKind::Unknown;
   // What the object is, for the rules (which never take `id` apart).
   std::string name;  // what people grep for: "pipe:[123]" (either end), "socket:[5]", "child:77"

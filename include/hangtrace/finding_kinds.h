@@ -35,6 +35,8 @@ const char* severity_name(Severity s);
     "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")     \
   X(GpuWait, "gpu-wait", Warning, 6,                                                                        \
     "a host thread in a CUDA synchronize or synchronous copy for a long time (critical when very long)")    \
+  X(GilHeld, "gil-held", Critical, 5,                                                                       \
+    "a thread blocked while holding its process's GIL, other Python threads waiting (warning while short)") \
   X(ShmExhausted, "shm-exhausted", Critical, 8, "the target's /dev/shm is (nearly) full")                   \
   X(PoolSelfWait, "pool-self-wait", Critical, 9,                                                            \
     "every thread of a thread pool runs a task that waits for a result only the same pool can produce")     \

@@ -175,6 +175,11 @@ struct ProcessInfo {
   uint32_t flags = 0;  // PF_* from /proc stat field 9
   ProcessRole role = ProcessRole::Target;
   bool is_python = false;
+  // Where the interpreter keeps each GIL (the address of its struct
+  // _gil_runtime_state: _PyRuntime.ceval.gil before 3.12, what each
+  // interpreter's ceval.gil points at from 3.12), one per GIL; empty when the
+  // interpreter's state was not read. A futex wait inside one is a GIL wait.
+  std::vector<uint64_t> python_gils;
   uint64_t netns = 0, mntns = 0;  // namespace inodes
   std::vector<ThreadInfo> threads;
   std::vector<FdEntry> fds;

@@ -301,7 +301,9 @@ std::vector<int> pthread_tids(int pid, const std::vector<uint64_t>& pthreads,
 std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols,
                                   const std::vector<Mapping>* maps) {
   const int mem_pid = pid;
+  p.python_gils.clear();
   auto fail_all = [&](const std::string& reason) {
+    p.python_gils.clear();
     for (auto& t : p.threads) {
       t.python_stack.clear();
       t.python_stack_error = stack_error(reason);
@@ -333,6 +335,9 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
   std::unordered_set<uint64_t> gil_holders;
   if (o.runtime_gil_locked && static_cast<int32_t>(load_u32(*runtime, o.runtime_gil_locked)) == 1)
     gil_holders.insert(load_u64(*runtime, o.runtime_gil_last_holder));
+  // Before 3.12 the one GIL is _PyRuntime.ceval.gil, whose `interval` comes
+  // right before last_holder.
+  if (o.runtime_gil_last_holder >= 8) p.python_gils.push_back(loc->runtime + o.runtime_gil_last_holder - 8);
 
   std::unordered_map<int, ThreadInfo*> by_tid;
   std::unordered_set<int> tids;
@@ -360,6 +365,8 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
     if (o.interp_gil) {
       uint64_t gil = load_u64(*is, o.interp_gil);
       if (auto g = walker.read(gil, std::max(o.gil_last_holder + 8, o.gil_locked + 4), "GIL")) {
+        if (std::find(p.python_gils.begin(), p.python_gils.end(), gil) == p.python_gils.end())
+          p.python_gils.push_back(gil);
         if (static_cast<int32_t>(load_u32(*g, o.gil_locked)) == 1)
           gil_holders.insert(load_u64(*g, o.gil_last_holder));
       }

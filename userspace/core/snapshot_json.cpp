@@ -166,6 +166,7 @@ json snapshot_to_json(const Snapshot& s) {
     if (p.world_size) jp["world_size"] = *p.world_size;
     if (p.local_rank) jp["local_rank"] = *p.local_rank;
     if (!p.ns_pids.empty()) jp["ns_pids"] = p.ns_pids;
+    if (!p.python_gils.empty()) jp["python_gils"] = p.python_gils;
     if (!p.container_id.empty() || !p.pod_uid.empty())
       jp["container"] = {{"runtime", p.container_runtime}, {"id", p.container_id}, {"pod_uid", p.pod_uid}};
     if (!p.frozen_cgroup.empty()) jp["frozen_cgroup"] = p.frozen_cgroup;
@@ -313,6 +314,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jp, "flags", p.flags);
       p.role = role_from_name(jp.value("role", std::string("descendant")));
       get_if(jp, "is_python", p.is_python);
+      get_if(jp, "python_gils", p.python_gils);
       get_if(jp, "netns", p.netns);
       get_if(jp, "mntns", p.mntns);
       get_if(jp, "children", p.children);

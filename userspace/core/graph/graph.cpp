@@ -31,6 +31,8 @@ const char* object_kind_name(ObjectKind k) {
       return "file";
     case ObjectKind::Child:
       return "child";
+    case ObjectKind::Gil:
+      return "gil";
     case ObjectKind::Unknown:
       return "unknown";
   }
@@ -171,6 +173,14 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
 
 void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc,
                                 ThreadWait& w) {
+  // A GIL wait retries every 5 ms (the switch interval) until the holder
+  // lets go: it is blocked on the holder, not a timed wait that may give up.
+  if (desc.wait == WaitClass::Futex && is_gil_wait(p, t)) {
+    w.activity = Activity::Blocked;
+    w.objects = {gil_object(p, w)};
+    graph_.objects[w.objects.front()].waiters.push_back(t.tid);
+    return;
+  }
   const bool timed = w.timeout_s.has_value();
   if (timed && *w.timeout_s <= 0) {
     w.activity = Activity::Running;  // a non-blocking call, about to return
@@ -284,6 +294,7 @@ void GraphBuilder::finish_objects() {
     o.only_self_holders = !o.releasers.empty();
     for (int tid : o.releasers)
       if (!waiter_pids.count(graph_.tid_to_pid[tid])) o.only_self_holders = false;
+    if (o.kind == ObjectKind::Gil) finish_gil(o);
   }
 }
 

@@ -3,6 +3,7 @@
 //   graph.cpp          each thread's activity and wait, the graph's finishing pass
 //   futex_objects.cpp  locks: where a futex lives, what its word says, who can unlock it
 //   fd_objects.cpp     pipes, sockets, eventfds, timers, files, and children
+//   gil_objects.cpp    the GIL of a Python process: who waits for it, who holds it
 // Every object records who could end the wait on it (its releasers) as it is
 // made, except futexes: their owner may be any thread of the snapshot, so
 // they are resolved once every thread has been classified.
@@ -51,6 +52,14 @@ class GraphBuilder {
   void resolve_futex_releasers(WaitObject& o);
   void release_by_owner(WaitObject& o, const FutexLocation& where, int owner);
   void release_by_any_thread(WaitObject& o, const FutexLocation& where);
+
+  // ---- gil_objects.cpp ---------------------------------------------------------
+  // `t` (in a futex call) waits for its interpreter's GIL.
+  bool is_gil_wait(const ProcessInfo& p, const ThreadInfo& t) const;
+  // The GIL object of `p`, released by the thread that holds it.
+  std::string gil_object(const ProcessInfo& p, ThreadWait& w);
+  // Once waiters are known: a GIL nobody else holds is free (ready).
+  void finish_gil(WaitObject& o);
 
   // ---- fd_objects.cpp -----------------------------------------------------------
   std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w);

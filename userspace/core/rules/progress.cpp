@@ -116,7 +116,10 @@ std::vector<WaitStart> wait_starts(const RuleContext& ctx, const TimeAxis& axis,
     if (!w || (w->activity != Activity::Blocked && w->activity != Activity::TimedWait)) continue;
     WaitStart ws;
     ws.tid = tid;
-    ws.timed = w->activity == Activity::TimedWait;
+    // A GIL waiter re-enters its 5 ms wait until the holder lets go: its
+    // clock restarts like a retry loop's.
+    ws.timed = w->activity == Activity::TimedWait ||
+               (!w->objects.empty() && ctx.object(w->objects.front()).kind == ObjectKind::Gil);
     if (w->blocked_s) {
       ws.start = -*w->blocked_s;
       ws.from_snapshot = true;

@@ -29,6 +29,9 @@ std::vector<Finding> terminal_findings(const RuleContext& ctx);
 // stopped.cpp: stopped (a process stopped by a signal or a tracer).
 std::vector<Finding> stopped_findings(const RuleContext& ctx);
 
+// gil.cpp: gil-held (a thread blocked while it holds its process's GIL).
+std::vector<Finding> gil_held_findings(const RuleContext& ctx);
+
 // network.cpp: network-wait, with what the live window saw of the connection.
 std::vector<Finding> network_wait_findings(const RuleContext& ctx);
 
