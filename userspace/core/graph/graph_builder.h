@@ -3,6 +3,7 @@
 //   graph.cpp          each thread's activity and wait, the graph's finishing pass
 //   futex_objects.cpp  locks: where a futex lives, what its word says, who can unlock it
 //   fd_objects.cpp     pipes, sockets, eventfds, timers, files, and children
+//   fs_objects.cpp     waits inside a filesystem: the file, its mount, who serves it
 // Every object records who could end the wait on it (its releasers) as it is
 // made, except futexes: their owner may be any thread of the snapshot, so
 // they are resolved once every thread has been classified.
@@ -51,6 +52,11 @@ class GraphBuilder {
   void resolve_futex_releasers(WaitObject& o);
   void release_by_owner(WaitObject& o, const FutexLocation& where, int owner);
   void release_by_any_thread(WaitObject& o, const FutexLocation& where);
+
+  // ---- fs_objects.cpp -----------------------------------------------------------
+  // A wait of `t` inside a filesystem (state D, or a FUSE request): sets its
+  // activity, summary and object and returns true; false when it is not one.
+  bool fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w);
 
   // ---- fd_objects.cpp -----------------------------------------------------------
   std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w);

@@ -12,6 +12,7 @@ using Rule = std::vector<Finding> (*)(const rules::RuleContext&);
 // severity, confidence and priority are reported in this order.
 constexpr Rule kHostRules[] = {
     rules::stopped_findings,         // stopped
+    rules::io_stuck_findings,        // io-stuck
     rules::terminal_findings,        // orphaned-lock, dead-peer
     rules::deadlock_cycle_findings,  // deadlock-cycle
     rules::network_wait_findings,    // network-wait

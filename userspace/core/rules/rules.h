@@ -25,6 +25,9 @@ std::vector<Finding> terminal_findings(const RuleContext& ctx);
 // stopped.cpp: stopped (a process stopped by a signal or a tracer).
 std::vector<Finding> stopped_findings(const RuleContext& ctx);
 
+// io_stuck.cpp: io-stuck (a read or write stuck inside a filesystem).
+std::vector<Finding> io_stuck_findings(const RuleContext& ctx);
+
 // network.cpp: network-wait, with what the live window saw of the connection.
 std::vector<Finding> network_wait_findings(const RuleContext& ctx);
 
