@@ -9,6 +9,7 @@
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/procfs.h"
+#include "hangtrace/snapshot_json.h"
 #include "snapshot_builder.h"
 
 namespace hangtrace {
@@ -122,6 +123,20 @@ TEST(IoStuckRule, FuseWorkersNameTheFileTheMountAndTheDaemon) {
   ASSERT_EQ(w2.objects.size(), 1u);
   EXPECT_EQ(d.graph.threads.at(101).objects, w2.objects);
   EXPECT_EQ(d.graph.objects.at(w2.objects[0]).releasers, (std::vector<int>{412}));
+}
+
+TEST(IoStuckRule, MountsAndMountIdsSurviveASnapshotFile) {
+  Snapshot s = loader(kFuseLine, "/mnt/data/shard-3.bin", true).s;
+  auto back = snapshot_from_json(snapshot_to_json(s));
+  ASSERT_TRUE(back) << back.error();
+  const ProcessInfo* w = back->process(101);
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->mounts.size(), 1u);
+  EXPECT_EQ(w->mounts[0].mount_point, "/mnt/data");
+  EXPECT_EQ(w->mounts[0].dev_minor, 53u);
+  EXPECT_EQ(w->mounts[0].super_options, "rw,user_id=0,group_id=0");
+  EXPECT_EQ(w->fds.back().mnt_id, 112);
+  EXPECT_EQ(of_kind(diagnose(*back), FindingKind::IoStuck).size(), 1u);
 }
 
 TEST(IoStuckRule, WithoutADaemonInViewTheMountIsStillNamed) {

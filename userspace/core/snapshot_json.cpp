@@ -124,6 +124,13 @@ void get_if(const json& j, const char* key, T& out) {
   if (j.contains(key) && !j.at(key).is_null()) out = j.at(key).get<T>();
 }
 
+// "dev": [major, minor] of a mapping or a mount.
+void get_device(const json& j, uint32_t& major, uint32_t& minor) {
+  if (!j.contains("dev")) return;
+  auto dev = j.at("dev").get<std::vector<uint32_t>>();
+  if (dev.size() == 2) major = dev[0], minor = dev[1];
+}
+
 char state_char(const json& j, const char* key) {
   std::string s = j.value(key, std::string("?"));
   return s.empty() ? '?' : s[0];
@@ -426,10 +433,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         MountEntry m;
         get_if(jm, "mount_id", m.mount_id);
         get_if(jm, "parent_id", m.parent_id);
-        if (jm.contains("dev")) {
-          auto dev = jm.at("dev").get<std::vector<uint32_t>>();
-          if (dev.size() == 2) m.dev_major = dev[0], m.dev_minor = dev[1];
-        }
+        get_device(jm, m.dev_major, m.dev_minor);
         get_if(jm, "root", m.root);
         get_if(jm, "mount_point", m.mount_point);
         get_if(jm, "mount_options", m.mount_options);
@@ -444,10 +448,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         m.end = jm.at("end").get<uint64_t>();
         get_if(jm, "offset", m.offset);
         get_if(jm, "perms", m.perms);
-        if (jm.contains("dev")) {
-          auto dev = jm.at("dev").get<std::vector<uint32_t>>();
-          if (dev.size() == 2) m.dev_major = dev[0], m.dev_minor = dev[1];
-        }
+        get_device(jm, m.dev_major, m.dev_minor);
         get_if(jm, "inode", m.inode);
         get_if(jm, "path", m.path);
         p.maps.push_back(std::move(m));

@@ -44,11 +44,13 @@ bool is_fs_frame(std::string_view f) {
 }  // namespace
 
 bool GraphBuilder::fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w) {
-  bool fuse_stack = false, fs_stack = false;
+  bool fuse_stack = false;
+  std::string fs_frame;  // the innermost filesystem frame
   for (const auto& f : w.kernel_stack) {
     fuse_stack = fuse_stack || is_fuse_request_frame(f);
-    fs_stack = fs_stack || is_fs_frame(f);
+    if (fs_frame.empty() && is_fs_frame(f)) fs_frame = f;
   }
+  const bool fs_stack = !fs_frame.empty();
   const FdEntry* f = nullptr;
   const bool rw = t.syscall.mode == SyscallState::Mode::InSyscall &&
                   (desc.wait == WaitClass::FdRead || desc.wait == WaitClass::FdWrite);
@@ -77,8 +79,7 @@ bool GraphBuilder::fs_wait(const ProcessInfo& p, const ThreadInfo& t, const Sysc
     label = fmt::format("{} of {}", write ? "write" : "read", f->link);
   } else {
     id = fmt::format("fs:thread:{}", t.tid);
-    label = fmt::format("an uninterruptible wait in the kernel ({})",
-                        w.kernel_stack.empty() ? "stack unknown" : w.kernel_stack.front());
+    label = fmt::format("an uninterruptible wait in the kernel ({})", fs_frame);
   }
   if (m) {
     fs.known_mount = true;
