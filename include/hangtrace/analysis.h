@@ -52,12 +52,28 @@ struct FutexLocation {
   uint64_t file_offset = 0;  // shared: the lock's offset in that object
 };
 
+// A wait inside a filesystem (a read or write of a file stuck in the kernel):
+// the file, the mount it is on as the waiter's mount namespace shows it, and
+// who serves it -- the server of a network filesystem, the daemon of a FUSE
+// mount (that daemon's threads are then the object's releasers).
+struct FileSystemWait {
+  std::string file;  // the path of the fd read or written, "" when unknown
+  bool write = false;
+  bool known_mount = false;  // the fields below come from the waiter's mountinfo
+  std::string mount_point, fstype, source;
+  std::string options;  // the superblock's ("rw,vers=4.2,hard,addr=10.0.0.5")
+  std::string server;  // network filesystems: "host (10.0.0.5)", "" otherwise
+  std::optional<uint32_t> fuse_connection;  // /sys/fs/fuse/connections/N
+  std::vector<int> server_pids;             // FUSE: the processes holding /dev/fuse that serve it
+};
+
 struct WaitObject {
   std::string id;  // stable key: "pipe:[123]:r", "futex:shared:0:5:1234:0x40", "child:77", "gil:212"
   ObjectKind kind = ObjectKind::Unknown;
   // What the object is, for the rules (which never take `id` apart).
   std::string name;  // what people grep for: "pipe:[123]" (either end), "socket:[5]", "child:77"
   std::optional<FutexLocation> futex;  // set for kind Futex
+  std::optional<FileSystemWait> fs;    // set for a wait inside a filesystem (kind File)
   std::string label;  // for people: "pipe:[123] (read end)", "semaphore /dev/shm/sem.mp-ab12 (deleted)+0x0"
   std::vector<int> waiters;        // tids waiting on it
   std::vector<int> releasers;      // tids that could end the wait (never a waiter of it)

@@ -33,6 +33,8 @@ const char* severity_name(Severity s);
     "(live) a process of the job died of a signal or the OOM killer")                                       \
   X(CollectiveWait, "collective-wait", Critical, 4,                                                         \
     "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")     \
+  X(IoStuck, "io-stuck", Critical, 5,                                                                       \
+    "a read or write stuck inside a filesystem (hung FUSE/NFS/Lustre mount, dead disk) past --stall-after") \
   X(GpuWait, "gpu-wait", Warning, 6,                                                                        \
     "a host thread in a CUDA synchronize or synchronous copy for a long time (critical when very long)")    \
   X(GilHeld, "gil-held", Critical, 5,                                                                       \

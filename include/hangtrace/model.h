@@ -49,6 +49,20 @@ struct FdEntry {
   // POLLIN/POLLOUT/POLLHUP bits, or -1 when not probed.
   int32_t ready_events = -1;
   int64_t queued_bytes = -1;  // FIONREAD on pipes/sockets, -1 unknown
+  int mnt_id = -1;            // "mnt_id:" from fdinfo: the mount (MountEntry::mount_id) it is on
+};
+
+// One line of /proc/PID/mountinfo (the process's own mount namespace), the
+// escapes (\040 for a space) undone.
+struct MountEntry {
+  int mount_id = 0, parent_id = 0;
+  uint32_t dev_major = 0, dev_minor = 0;  // st_dev of its files; FUSE: minor = connection number
+  std::string root;                       // the part of the filesystem mounted here
+  std::string mount_point;
+  std::string mount_options;  // per mount: "rw,nosuid,relatime"
+  std::string fstype;         // "ext4", "nfs4", "fuse.datasetfs"
+  std::string source;         // "/dev/sda1", "server:/export", "datasetfs"
+  std::string super_options;  // per superblock: "rw,vers=4.2,addr=10.0.0.5"
 };
 
 struct Mapping {
@@ -184,6 +198,9 @@ struct ProcessInfo {
   std::vector<ThreadInfo> threads;
   std::vector<FdEntry> fds;
   std::vector<Mapping> maps;       // only shared and futex-relevant mappings
+  // The mounts of the files its threads wait on in the kernel (fds' mnt_id),
+  // from its own /proc/PID/mountinfo; not every mount it sees.
+  std::vector<MountEntry> mounts;
   std::vector<int> children;       // pids whose ppid is this one (incl. zombies)
   std::optional<int> exit_signal;  // for zombies: from /proc stat exit_code
   // torch.distributed identity from the process's initial environment

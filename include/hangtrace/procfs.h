@@ -10,7 +10,7 @@
 //
 // Where they live: userspace/core/procfs/ -- process_files.cpp (stat,
 // status, syscall, io, schedstat, statm, cmdline, comm, namespace links),
-// fd_files.cpp (fd links, fdinfo), maps.cpp, socket_tables.cpp (net/tcp*,
+// fd_files.cpp (fd links, fdinfo), maps.cpp, mountinfo.cpp, socket_tables.cpp (net/tcp*,
 // udp*, unix), readers.cpp (files, links, listings, identities) and
 // proc_fs.cpp (ProcFs).
 #pragma once
@@ -105,6 +105,36 @@ Result<Mapping> parse_maps_line(std::string_view line);
 Result<std::vector<Mapping>> parse_maps(std::string_view text);
 // Whether the mapping may run code ('x' in its perms).
 inline bool is_executable(const Mapping& m) { return m.perms.size() >= 3 && m.perms[2] == 'x'; }
+
+// ---- /proc/PID/mountinfo (mountinfo.cpp) -----------------------------------
+// Lines longer than this are malformed (the kernel's lines are a few hundred
+// bytes; overlayfs options run to a few KiB), and at most this many mounts
+// are kept: a hostile or huge mount table cannot make hangtrace hold more.
+constexpr size_t kMaxMountinfoLineBytes = size_t{64} << 10;
+constexpr size_t kMaxMountEntries = 100000;
+constexpr size_t kMaxMountinfoBytes = size_t{32} << 20;
+// The kernel's octal escapes (\040 space, \011 tab, \012 newline, \134
+// backslash) undone; anything else kept as it is.
+std::string unescape_mount_field(std::string_view s);
+Result<MountEntry> parse_mountinfo_line(std::string_view line);
+struct MountTable {
+  std::vector<MountEntry> mounts;
+  size_t malformed = 0;    // lines that did not parse (skipped)
+  bool truncated = false;  // more than kMaxMountEntries mounts
+};
+MountTable parse_mountinfo(std::string_view text);
+// The value of "key=value" in a comma-separated option list ("" when absent).
+std::string mount_option(std::string_view options, std::string_view key);
+bool is_fuse_fstype(std::string_view fstype);  // fuse, fuseblk, fuse.NAME
+// Network filesystems (nfs, cifs, lustre, ceph, ... and FUSE clients of one: sshfs, s3fs).
+bool is_network_fstype(std::string_view fstype);
+// The FUSE connection of a fuse mount (/sys/fs/fuse/connections/N): its
+// anonymous device's minor number; none for other mounts and fuseblk.
+std::optional<uint32_t> fuse_connection(const MountEntry& m);
+// The server a network filesystem's mount talks to: the host part of its
+// source ("host:/export", "//host/share", Lustre "nid@tcp:/fs") and the
+// "addr=" option ("host (10.0.0.5)"); "" for local filesystems.
+std::string mount_server(const MountEntry& m);
 
 // ---- /proc/net/{tcp,tcp6,udp,udp6} -----------------------------------------
 struct InetSocketEntry {
@@ -236,6 +266,8 @@ class ProcFs {
   Result<std::vector<int>> pids(int* err = nullptr) const;
   Result<std::vector<int>> tids(int pid, int* err = nullptr) const;
   Result<std::vector<Mapping>> maps(int pid, int* err = nullptr) const;
+  // ROOT/PID/mountinfo: the mounts of its own mount namespace (at most kMaxMountinfoBytes).
+  Result<MountTable> mountinfo(int pid, int* err = nullptr) const;
 
   // ---- fds ----
   Result<std::vector<int>> fds(int pid, int* err = nullptr) const;

@@ -216,6 +216,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   else
     collect_fds(p);
   collect_threads(p);
+  if (!exited) collect_mounts(p);
   return p;
 }
 

@@ -5,6 +5,7 @@
 
 #include "collector_pass.h"
 #include "fd_probe.h"
+#include "hangtrace/syscalls.h"
 
 namespace hangtrace::collector_pass {
 
@@ -36,9 +37,40 @@ void Collector::collect_fds(ProcessInfo& p) {
       e.eventfd_id = info->eventfd_id;
       e.epoll = std::move(info->epoll);
       if (e.inode == 0 && info->inode) e.inode = *info->inode;
+      if (info->mnt_id) e.mnt_id = *info->mnt_id;
     }
     p.fds.push_back(std::move(e));
   }
+}
+
+// Only a thread that may be waiting in a filesystem (state D, or in a read or
+// write of a file) makes its process's mount table worth reading, and of it
+// only the mounts of the files waited on are kept.
+void Collector::collect_mounts(ProcessInfo& p) {
+  std::set<int> wanted;
+  for (const auto& t : p.threads) {
+    const bool in_io = t.state == 'D' || (t.syscall.mode == SyscallState::Mode::InSyscall &&
+                                          wait_class_takes_fd(describe_syscall(t.syscall.nr).wait));
+    if (!in_io) continue;
+    for (int fd : waited_fds(p, t)) {
+      const FdEntry* f = nullptr;
+      for (const auto& e : p.fds)
+        if (e.fd == fd) f = &e;
+      if (f && f->mnt_id >= 0 && (f->kind == FdKind::File || f->kind == FdKind::ShmFile)) wanted.insert(f->mnt_id);
+    }
+  }
+  if (wanted.empty()) return;
+  int err = 0;
+  auto table = proc_.mountinfo(proc_id(p.pid), &err);
+  if (!table) {
+    if (!is_gone_errno(err)) limitation(fmt::format("mounts of {} unknown: {}", p.pid, table.error()));
+    return;
+  }
+  for (auto& m : table->mounts)
+    if (wanted.count(m.mount_id)) p.mounts.push_back(std::move(m));
+  if (p.mounts.size() < wanted.size() && (table->malformed || table->truncated))
+    limitation(fmt::format("mounts of {}: {} line(s) of its mountinfo did not parse{}", p.pid, table->malformed,
+                           table->truncated ? ", and it has more mounts than are read" : ""));
 }
 
 void Collector::keep_maps(ProcessInfo& p, const std::vector<Mapping>& maps) {

@@ -78,6 +78,8 @@ class Collector {
   // Fills a ProcessInfo, or nullopt when the process is gone.
   std::optional<ProcessInfo> collect_process(int pid, ProcessRole role);
   void collect_fds(ProcessInfo& p);
+  // The mounts of the files its threads wait on (after collect_threads).
+  void collect_mounts(ProcessInfo& p);
   void collect_threads(ProcessInfo& p);
   std::vector<int> waited_fds(const ProcessInfo& p, const ThreadInfo& t) const;
   void load_network_namespace(uint64_t netns, int reader_pid);

@@ -130,6 +130,7 @@ const SocketInfo* Collector::find_socket(uint64_t inode) const {
 
 void Collector::find_peers() {
   std::unordered_set<uint64_t> pipe_inodes, socket_inodes, eventfd_ids;
+  bool want_fuse_daemon = false;
   std::unordered_set<int> in_snapshot;
   for (const auto& p : snap_.processes) in_snapshot.insert(p.pid);
 
@@ -170,8 +171,11 @@ void Collector::find_peers() {
           eventfd_ids.insert(*f->eventfd_id);
       }
     }
+    // A wait on a FUSE mount is answered by the daemon holding /dev/fuse.
+    for (const auto& m : p.mounts)
+      if (procfs::is_fuse_fstype(m.fstype)) want_fuse_daemon = true;
   }
-  if (pipe_inodes.empty() && socket_inodes.empty() && eventfd_ids.empty()) return;
+  if (pipe_inodes.empty() && socket_inodes.empty() && eventfd_ids.empty() && !want_fuse_daemon) return;
 
   // One pass over every fd on the host, matching only those inodes.
   const int self = getpid();
@@ -191,6 +195,8 @@ void Collector::find_peers() {
         holds = pipe_inodes.count(c.inode) > 0;
       else if (c.kind == FdKind::Socket)
         holds = socket_inodes.count(c.inode) > 0;
+      else if (c.kind == FdKind::Device)
+        holds = want_fuse_daemon && c.path == "/dev/fuse";
       else if (c.kind == FdKind::EventFd && !eventfd_ids.empty()) {
         auto info = proc_.fdinfo(pid, (*fds)[i]);
         holds = info && info->eventfd_id && eventfd_ids.count(*info->eventfd_id);

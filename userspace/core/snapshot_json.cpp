@@ -124,6 +124,13 @@ void get_if(const json& j, const char* key, T& out) {
   if (j.contains(key) && !j.at(key).is_null()) out = j.at(key).get<T>();
 }
 
+// "dev": [major, minor] of a mapping or a mount.
+void get_device(const json& j, uint32_t& major, uint32_t& minor) {
+  if (!j.contains("dev")) return;
+  auto dev = j.at("dev").get<std::vector<uint32_t>>();
+  if (dev.size() == 2) major = dev[0], minor = dev[1];
+}
+
 char state_char(const json& j, const char* key) {
   std::string s = j.value(key, std::string("?"));
   return s.empty() ? '?' : s[0];
@@ -242,8 +249,23 @@ json snapshot_to_json(const Snapshot& s) {
                      {"epoll", epoll},
                      {"ready_events", f.ready_events},
                      {"queued_bytes", f.queued_bytes}});
+      if (f.mnt_id >= 0) fds.back()["mnt_id"] = f.mnt_id;
     }
     jp["fds"] = fds;
+    if (!p.mounts.empty()) {
+      json mounts = json::array();
+      for (const auto& m : p.mounts)
+        mounts.push_back({{"mount_id", m.mount_id},
+                          {"parent_id", m.parent_id},
+                          {"dev", {m.dev_major, m.dev_minor}},
+                          {"root", m.root},
+                          {"mount_point", m.mount_point},
+                          {"mount_options", m.mount_options},
+                          {"fstype", m.fstype},
+                          {"source", m.source},
+                          {"super_options", m.super_options}});
+      jp["mounts"] = mounts;
+    }
     json maps = json::array();
     for (const auto& m : p.maps)
       maps.push_back({{"start", m.start},
@@ -407,7 +429,22 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           f.epoll.push_back({e.at("fd").get<int>(), e.value("events", 0u), e.value("inode", uint64_t{0})});
         get_if(jf, "ready_events", f.ready_events);
         get_if(jf, "queued_bytes", f.queued_bytes);
+        get_if(jf, "mnt_id", f.mnt_id);
         p.fds.push_back(std::move(f));
+      }
+      for (const auto& jm : jp.value("mounts", json::array())) {
+        if (!jm.is_object()) continue;
+        MountEntry m;
+        get_if(jm, "mount_id", m.mount_id);
+        get_if(jm, "parent_id", m.parent_id);
+        get_device(jm, m.dev_major, m.dev_minor);
+        get_if(jm, "root", m.root);
+        get_if(jm, "mount_point", m.mount_point);
+        get_if(jm, "mount_options", m.mount_options);
+        get_if(jm, "fstype", m.fstype);
+        get_if(jm, "source", m.source);
+        get_if(jm, "super_options", m.super_options);
+        p.mounts.push_back(std::move(m));
       }
       for (const auto& jm : jp.value("maps", json::array())) {
         Mapping m;
@@ -415,10 +452,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         m.end = jm.at("end").get<uint64_t>();
         get_if(jm, "offset", m.offset);
         get_if(jm, "perms", m.perms);
-        if (jm.contains("dev")) {
-          auto dev = jm.at("dev").get<std::vector<uint32_t>>();
-          if (dev.size() == 2) m.dev_major = dev[0], m.dev_minor = dev[1];
-        }
+        get_device(jm, m.dev_major, m.dev_minor);
         get_if(jm, "inode", m.inode);
         get_if(jm, "path", m.path);
         p.maps.push_back(std::move(m));

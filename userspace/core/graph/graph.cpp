@@ -163,6 +163,13 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
     w.activity = Activity::Stopped;
     w.summary = fmt::format("frozen (cgroup {})", p.frozen_cgroup);
   }
+  if (w.activity == Activity::DiskWait ||
+      (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::InSyscall)) {
+    if (fs_wait(p, t, desc, w)) {
+      graph_.threads[t.tid] = std::move(w);
+      return;
+    }
+  }
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::Running)
     w.activity = Activity::Running;
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::InSyscall)

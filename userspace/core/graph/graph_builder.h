@@ -4,6 +4,7 @@
 //   futex_objects.cpp  locks: where a futex lives, what its word says, who can unlock it
 //   fd_objects.cpp     pipes, sockets, eventfds, timers, files, and children
 //   gil_objects.cpp    the GIL of a Python process: who waits for it, who holds it
+//   fs_objects.cpp     waits inside a filesystem: the file, its mount, who serves it
 // Every object records who could end the wait on it (its releasers) as it is
 // made, except futexes: their owner may be any thread of the snapshot, so
 // they are resolved once every thread has been classified.
@@ -60,6 +61,11 @@ class GraphBuilder {
   std::string gil_object(const ProcessInfo& p, ThreadWait& w);
   // Once waiters are known: a GIL nobody else holds is free (ready).
   void finish_gil(WaitObject& o);
+
+  // ---- fs_objects.cpp -----------------------------------------------------------
+  // A wait of `t` inside a filesystem (state D, or a FUSE request): sets its
+  // activity, summary and object and returns true; false when it is not one.
+  bool fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w);
 
   // ---- fd_objects.cpp -----------------------------------------------------------
   std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w);

@@ -108,6 +108,11 @@ Result<std::vector<int>> ProcFs::tids(int pid, int* err) const {
 Result<std::vector<Mapping>> ProcFs::maps(int pid, int* err) const {
   return read_and_parse<std::vector<Mapping>>(pid_path(pid) + "/maps", err, parse_maps);
 }
+Result<MountTable> ProcFs::mountinfo(int pid, int* err) const {
+  auto text = read_text_file(pid_path(pid) + "/mountinfo", err, kMaxMountinfoBytes);
+  if (!text) return make_error(text.error());
+  return parse_mountinfo(*text);
+}
 
 // ---- fds ------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ constexpr Rule kHostRules[] = {
     rules::stopped_findings,         // stopped
     rules::gil_held_findings,        // gil-held
     rules::pool_self_wait_findings,  // pool-self-wait
+    rules::io_stuck_findings,        // io-stuck
     rules::terminal_findings,        // orphaned-lock, dead-peer
     rules::deadlock_cycle_findings,  // deadlock-cycle
     rules::network_wait_findings,    // network-wait

@@ -32,6 +32,9 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx);
 // gil.cpp: gil-held (a thread blocked while it holds its process's GIL).
 std::vector<Finding> gil_held_findings(const RuleContext& ctx);
 
+// io_stuck.cpp: io-stuck (a read or write stuck inside a filesystem).
+std::vector<Finding> io_stuck_findings(const RuleContext& ctx);
+
 // network.cpp: network-wait, with what the live window saw of the connection.
 std::vector<Finding> network_wait_findings(const RuleContext& ctx);
 

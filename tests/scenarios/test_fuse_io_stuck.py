@@ -1,0 +1,118 @@
+"""DataLoader workers read a file on a FUSE mount whose daemon (pure Python
+over /dev/fuse, workloads/fuse_silent_server.py) never answers READ: one
+worker waits inside the FUSE request (state S, request_wait_answer), the other
+behind it on the page lock (state D, folio_wait_bit_common); the main process
+waits for their batch.
+
+hangtrace must say `io-stuck`, critical, with both workers' tids, the mount
+point and fstype from the workers' mountinfo, the daemon's pid as the one the
+chain leads to (main -> worker -> read of .../shard-3.bin on fuse.datasetfs
+served by the daemon), and exit 2. The mount lives under a temporary
+directory and is lazily unmounted, and the daemon killed, however the test
+ends.
+"""
+import ctypes
+import os
+import shutil
+import tempfile
+import time
+import unittest
+
+from scenario_support import (ScenarioTestCase, parse_marker, proc_state, requires_bpf_and_torch, wait_for)
+
+MNT_DETACH = 2
+STALL_AFTER_S = 2.0
+
+
+def syscall_nr(pid):
+    try:
+        with open("/proc/%d/syscall" % pid) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def umount_lazy(path):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.umount2(path.encode(), MNT_DETACH)
+
+
+def mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f if len(line.split()) > 4)
+
+
+@unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")
+@requires_bpf_and_torch
+class FuseIoStuck(ScenarioTestCase):
+    def setUp(self):
+        super().setUp()
+        self.server = None
+        self.tmp = tempfile.mkdtemp(prefix="hangtrace-fuse-")
+        self.mnt = os.path.join(self.tmp, "mnt")
+        os.mkdir(self.mnt)
+        # Cleanups run after tearDown has killed the workloads: unmount, then
+        # remove the directory (the daemon is one of the workloads).
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.addCleanup(umount_lazy, self.mnt)
+
+    def tearDown(self):
+        # Detach the mount, then kill the daemon first: a request it has read
+        # holds its waiter even against SIGKILL until the connection aborts,
+        # which closing /dev/fuse does. Then the loader and its workers.
+        if mounted(self.mnt):
+            umount_lazy(self.mnt)
+        if self.server is not None:
+            self.server.kill()
+        super().tearDown()
+
+    def test_workers_stuck_on_a_silent_fuse_mount(self):
+        server = self.server = self.start("fuse_silent_server.py", self.mnt)
+        mark = parse_marker(server.wait_for_line("MOUNTED", timeout=60))
+        daemon = mark["pid"][0]
+        self.assertEqual(daemon, server.pid)
+        path = os.path.join(self.mnt, "shard-3.bin")
+        job = self.start("dataloader_fuse_read.py", path)
+        marker = parse_marker(job.wait_for_line("READY", timeout=120))
+        main, workers = marker["main"][0], marker["workers"]
+        self.assertEqual(len(workers), 2, marker)
+        first = parse_marker(server.wait_for_line("READ", timeout=60))["pid"][0]
+        self.assertIn(first, workers)
+        other = [w for w in workers if w != first][0]
+        # The first worker inside its FUSE request, the other behind it in D.
+        wait_for(lambda: syscall_nr(first) in (0, 17) and proc_state(first) in ("S", "D")
+                 and proc_state(other) == "D", 60, "both workers stuck reading %s" % path)
+        swallowed = time.monotonic()
+        # Stuck longer than --stall-after before hangtrace looks.
+        wait_for(lambda: time.monotonic() - swallowed > STALL_AFTER_S + 0.5, 10, "the stall threshold")
+
+        report = self.hangtrace(main, "--stall-after", STALL_AFTER_S)
+        self.assertEqual(report.returncode, 2, report.dump())
+        stuck = report.of_kind("io-stuck")
+        self.assertEqual(len(stuck), 1, report.dump())
+        f = stuck[0]
+        self.assertEqual(f.get("severity"), "critical", report.dump())
+        self.assertEqual(sorted(f.get("tids") or []), sorted(workers), report.dump())
+        details = f.get("details") or {}
+        self.assertEqual(details.get("mount_point"), self.mnt, report.dump())
+        self.assertEqual(details.get("fstype"), "fuse.datasetfs", report.dump())
+        self.assertEqual(details.get("source"), "datasetfs", report.dump())
+        self.assertEqual(details.get("file"), path, report.dump())
+        self.assertEqual(details.get("server_pids"), [daemon], report.dump())
+        self.assertIsNotNone(details.get("fuse_connection"), report.dump())
+        # main -> worker -> the read on the mount, served by the daemon, which reads /dev/fuse.
+        chain = f.get("chain") or []
+        self.assertTrue(chain, report.dump())
+        self.assertIn("main %d" % main, chain[0].get("from", ""), report.dump())
+        text = "\n".join("%s %s %s" % (s.get("from"), s.get("edge"), s.get("to")) for s in chain)
+        self.assertRegex(text, r"worker (%d|%d)" % tuple(workers), report.dump())
+        self.assertIn("read of %s on fuse.datasetfs %s served by" % (path, self.mnt), text, report.dump())
+        self.assertIn("%d (python3)" % daemon, text, report.dump())
+        self.assertIn("/dev/fuse", text, report.dump())
+        self.assertIn("fusermount -u -z %s" % self.mnt, " ".join(f.get("advice") or []), report.dump())
+        self.assertEqual(report.findings[0].get("kind"), "io-stuck", report.dump())
+        self.assertTrue(job.alive() and server.alive(), job.stderr_tail())
+
+
+if __name__ == "__main__":
+    unittest.main()
