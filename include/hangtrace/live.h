@@ -145,6 +145,9 @@ struct LiveObservation {
   std::vector<TraceEvent> shm;      // shm activity (bounded)
   std::map<int, ProcessMeta> meta;  // by pid
   std::vector<int> forked;          // processes that appeared while tracing
+  // The last stop signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) sent to each
+  // process while tracing, by receiving pid; a later SIGCONT removes it.
+  std::map<int, TraceEvent> stop_signals;
   // /dev/shm {used, size} bytes sampled when a process hit ENOSPC or SIGBUS on it.
   std::map<int, std::pair<uint64_t, uint64_t>> shm_usage;
   GpuObservation gpu;

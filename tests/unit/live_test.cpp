@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -118,6 +119,45 @@ const Finding* find_kind(const Diagnosis& d, const std::string& kind) {
   for (const auto& f : d.findings)
     if (finding_kind_name(f.kind) == kind) return &f;
   return nullptr;
+}
+
+// A SIGSTOP seen live names who sent it; a SIGCONT after it forgets it.
+TEST(LiveRules, AStopSignalSeenLiveNamesItsSender) {
+  Aggregator agg;
+  auto stop = record<ht_signal_event>(HT_EV_SIGNAL, 200, 200, 10, "python3");
+  stop.sig = SIGSTOP;
+  stop.sender_tgid = 4444;
+  stop.sender_tid = 4444;
+  std::memcpy(stop.sender_comm, "slurmstepd", 11);
+  agg.add(decoded(stop));
+  auto other = record<ht_signal_event>(HT_EV_SIGNAL, 201, 201, 11, "python3");
+  other.sig = SIGSTOP;
+  agg.add(decoded(other));
+  auto cont = record<ht_signal_event>(HT_EV_SIGNAL, 201, 201, 12, "python3");
+  cont.sig = SIGCONT;
+  agg.add(decoded(cont));
+  LiveObservation live = agg.finish(0, 2'000'000'000, 3, 0);
+  ASSERT_EQ(live.stop_signals.size(), 1u);
+  EXPECT_EQ(live.stop_signals.at(200).sender_comm, "slurmstepd");
+
+  Snapshot s = job_snapshot();
+  ProcessInfo worker;
+  worker.pid = 200;
+  worker.ppid = 100;
+  worker.comm = "python3";
+  worker.state = 'T';
+  ThreadInfo t;
+  t.tid = 200;
+  t.state = 'T';
+  worker.threads.push_back(t);
+  s.processes.push_back(worker);
+  Diagnosis d = diagnose(s, {}, &live);
+  const Finding* f = find_kind(d, "stopped");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f->summary.find("stopped by SIGSTOP from 4444 (slurmstepd)"), std::string::npos) << f->summary;
+  EXPECT_EQ(f->details["sender_pid"], 4444);
+  EXPECT_EQ(f->details["signal"], "SIGSTOP");
+  EXPECT_NE(f->advice.front().find("kill -CONT 200"), std::string::npos);
 }
 
 TEST(LiveRules, OomKillNamesVictimCgroupAndLimit) {

@@ -1,6 +1,7 @@
 #include "hangtrace/live.h"
 
 #include <arpa/inet.h>
+#include <csignal>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -328,6 +329,12 @@ void Aggregator::add(const TraceEvent& e) {
       if (e.child_tgid && obs_.forked.size() < max_list_) obs_.forked.push_back(e.child_tgid);
       break;
     case HT_EV_SIGNAL:
+      // Who stopped a process (the stopped rule names the sender).
+      if (e.sig == SIGSTOP || e.sig == SIGTSTP || e.sig == SIGTTIN || e.sig == SIGTTOU) {
+        obs_.stop_signals[e.tgid] = e;
+        break;
+      }
+      if (e.sig == SIGCONT) obs_.stop_signals.erase(e.tgid);
       // SIGKILL, SIGBUS, SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGQUIT, SIGFPE, SIGILL:
       // the ones that end a worker; remember the last one per process.
       if (e.sig == 9 || e.sig == 7 || e.sig == 11 || e.sig == 6 || e.sig == 15 || e.sig == 2 || e.sig == 3 ||

@@ -203,6 +203,16 @@ const char* signal_name(int sig) {
       return "SIGPIPE";
     case 15:
       return "SIGTERM";
+    case 18:
+      return "SIGCONT";
+    case 19:
+      return "SIGSTOP";
+    case 20:
+      return "SIGTSTP";
+    case 21:
+      return "SIGTTIN";
+    case 22:
+      return "SIGTTOU";
     default:
       return nullptr;
   }

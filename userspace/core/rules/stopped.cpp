@@ -7,6 +7,7 @@
 // waits on it, so it goes ahead of those findings.
 #include <fmt/format.h>
 
+#include "hangtrace/text.h"
 #include "rules.h"
 
 namespace hangtrace::rules {
@@ -66,6 +67,19 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx) {
     add_unique(f.pids, p.pid);
     for (const auto* t : stopped) add_unique(f.tids, t->tid);
     auto [cause, advice] = stop_cause(p, *lead);
+    // Live tracing saw the stop signal: its sender, by name.
+    const TraceEvent* stop_signal = nullptr;
+    if (ctx.live)
+      if (auto it = ctx.live->stop_signals.find(p.pid); it != ctx.live->stop_signals.end())
+        stop_signal = &it->second;
+    const char* stop_name = stop_signal ? signal_name(stop_signal->sig) : nullptr;
+    if (!stop_name) stop_signal = nullptr;
+    if (stop_signal && p.frozen_cgroup.empty() && lead->tracer_pid == 0) {
+      cause = fmt::format("stopped by {} from {} ({})", stop_name, stop_signal->sender_tgid,
+                          stop_signal->sender_comm);
+      advice = fmt::format("Resume it with 'kill -CONT {}', and find out why {} ({}) stopped it.", p.pid,
+                           stop_signal->sender_tgid, stop_signal->sender_comm);
+    }
     // Who waits on it: the main thread's chain, when it leads here.
     ctx.add_main_chain(f, lead->tid, "");
     // Threads of the job whose wait chain reaches a stopped thread. Not only
@@ -110,7 +124,10 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx) {
          lead->tracer_comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(lead->tracer_comm)},
         {"frozen_cgroup",
          p.frozen_cgroup.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.frozen_cgroup)},
-        {"waiting_tids", waiting}};
+        {"waiting_tids", waiting},
+        {"signal", stop_signal ? nlohmann::json(stop_name) : nlohmann::json(nullptr)},
+        {"sender_pid", stop_signal ? nlohmann::json(stop_signal->sender_tgid) : nlohmann::json(nullptr)},
+        {"sender_comm", stop_signal ? nlohmann::json(stop_signal->sender_comm) : nlohmann::json(nullptr)}};
     out.push_back(std::move(f));
   }
   return out;
