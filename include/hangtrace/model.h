@@ -165,6 +165,16 @@ struct ThreadInfo {
 
 enum class ProcessRole { Target, Descendant, Peer };
 
+// The name resolver a process is set up with: the nameserver lines of
+// /etc/resolv.conf as the process sees it (through its mount namespace), and
+// the options that bound how long one lookup waits. Nothing else of the file
+// (search domains) is kept.
+struct ResolverConfig {
+  std::vector<std::string> nameservers;    // addresses in file order, at most procfs::kMaxNameservers
+  std::optional<int> timeout_s, attempts;  // "options timeout:N attempts:N"; unset: glibc's 5 s and 2
+  std::string error;                       // why the file could not be read ("" when it was)
+};
+
 struct ProcessInfo {
   int pid = 0;
   int ppid = 0;
@@ -189,6 +199,8 @@ struct ProcessInfo {
   std::vector<int> ns_pids;
   // The container and pod it runs in, from its cgroup path ("" when none).
   std::string container_runtime, container_id, pod_uid;
+  // Its resolv.conf (the job's processes only; unset when not read).
+  std::optional<ResolverConfig> resolver;
   const ThreadInfo* thread(int tid) const;  // nullptr if not one of its threads
 };
 

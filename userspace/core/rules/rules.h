@@ -28,6 +28,11 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx);
 // network.cpp: network-wait, with what the live window saw of the connection.
 std::vector<Finding> network_wait_findings(const RuleContext& ctx);
 
+// dns.cpp: dns-wait (a name lookup that has not come back), and whether a
+// wait is one (network-wait leaves those to it).
+std::vector<Finding> dns_wait_findings(const RuleContext& ctx);
+bool is_dns_lookup(const RuleContext& ctx, const ThreadWait& w);
+
 // resources.cpp: shm-exhausted; process-killed and memory-growth (live only).
 std::vector<Finding> shm_exhausted_findings(const RuleContext& ctx);
 std::vector<Finding> process_killed_findings(const RuleContext& ctx);
