@@ -135,12 +135,7 @@ Finding dns_wait(const RuleContext& ctx, const ThreadWait& w, const ProcessInfo*
     for (int pid : sock->holder_pids) add_unique(resolver_pids, pid);
   std::string answer;
   if (!resolver_pids.empty()) {
-    std::vector<std::string> parts;
-    for (int pid : resolver_pids) {
-      const ThreadWait* pw = ctx.wait_of(pid);
-      parts.push_back(fmt::format("{}{}", ctx.thread_label(pid), pw ? ", which " + pw->summary : ""));
-    }
-    answer = fmt::format("; the resolver is {} on this host", fmt::join(parts, "; "));
+    answer = fmt::format("; the resolver on this host is {}", peer_labels(ctx, resolver_pids));
   } else if (sock && on_this_host) {
     answer = fmt::format("; no process on this host listens on {}", resolver);
   } else if (sock) {

@@ -65,12 +65,7 @@ Finding network_wait(const RuleContext& ctx, const ThreadWait& w, const WaitObje
   f.details["remote_on_this_host"] = o.remote_on_this_host;
   std::string peer_text;
   if (!peer_pids.empty()) {
-    std::vector<std::string> parts;
-    for (int pid : peer_pids) {
-      const ThreadWait* pw = ctx.wait_of(pid);
-      parts.push_back(fmt::format("{}{}", ctx.thread_label(pid), pw ? ", which " + pw->summary : ""));
-    }
-    peer_text = fmt::format("; the other end is held by {}", fmt::join(parts, "; "));
+    peer_text = fmt::format("; the other end is held by {}", peer_labels(ctx, peer_pids));
   } else if (o.external) {
     peer_text = o.remote_on_this_host ? "; no process on this host holds the other end"
                                       : "; the other end is not on this host";
@@ -94,6 +89,15 @@ Finding network_wait(const RuleContext& ctx, const ThreadWait& w, const WaitObje
 }
 
 }  // namespace
+
+std::string peer_labels(const RuleContext& ctx, const std::vector<int>& pids) {
+  std::vector<std::string> parts;
+  for (int pid : pids) {
+    const ThreadWait* pw = ctx.wait_of(pid);
+    parts.push_back(fmt::format("{}{}", ctx.thread_label(pid), pw ? ", which " + pw->summary : ""));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
 
 std::vector<Finding> network_wait_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
