@@ -11,7 +11,9 @@
 // Where they live: userspace/core/procfs/ -- process_files.cpp (stat,
 // status, syscall, io, schedstat, statm, cmdline, comm, namespace links),
 // fd_files.cpp (fd links, fdinfo), maps.cpp, socket_tables.cpp (net/tcp*,
-// udp*, unix), readers.cpp (files, links, listings, identities) and
+// udp*, unix), host_addresses.cpp (which addresses are this host: loopback,
+// net/if_inet6, net/fib_trie), resolv_conf.cpp (/etc/resolv.conf through
+// PID/root), readers.cpp (files, links, listings, identities) and
 // proc_fs.cpp (ProcFs).
 #pragma once
 
@@ -116,7 +118,7 @@ struct InetSocketEntry {
 };
 // `family` is "tcp", "tcp6", "udp" or "udp6" and picks the address width.
 Result<std::vector<InetSocketEntry>> parse_inet_sockets(std::string_view text, const std::string& family);
-// 127.0.0.0/8, ::1, ::ffff:127.x.x.x.
+// 127.0.0.0/8, ::1, ::ffff:127.x.x.x (host_addresses.cpp).
 bool is_loopback_address(const std::string& ip);
 // "::ffff:10.0.0.1" -> "10.0.0.1"; anything else unchanged.
 std::string unmap_ipv4(const std::string& ip);
