@@ -84,8 +84,10 @@ struct WaitObject {
   bool only_self_holders = false;  // other end held only by the waiters' own process
   std::optional<int> owner_tid;    // a lock's owner, when the lock word records it
   std::vector<std::string> notes;  // evidence about the object ("owner TID 77 is dead")
-  // Socket endpoints.
+  // Socket endpoints, and whether the remote one is this host (a loopback
+  // address or one of its interfaces).
   std::string local, remote;
+  bool remote_on_this_host = false;
 };
 
 enum class Activity {

@@ -48,6 +48,8 @@ const char* severity_name(Severity s);
     "a wait on a pipe, socket or child whose other end no live process holds (or only the waiter itself)")  \
   X(DeadlockCycle, "deadlock-cycle", Critical, 20,                                                          \
     "blocked threads, across processes (or one thread relocking its own mutex), each waiting for the next") \
+  X(DnsWait, "dns-wait", Critical, 28,                                                                      \
+    "a thread inside a name lookup (getaddrinfo, res_*, a socket to port 53) past --stall-after")       \
   X(NetworkWait, "network-wait", Warning, 30,                                                               \
     "a thread blocked on a TCP/UDP socket past --stall-after (critical when the main thread waits on it)")  \
   X(MemoryGrowth, "memory-growth", Warning, 40,                                                             \

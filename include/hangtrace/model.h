@@ -179,6 +179,16 @@ struct ThreadInfo {
 
 enum class ProcessRole { Target, Descendant, Peer };
 
+// The name resolver a process is set up with: the nameserver lines of
+// /etc/resolv.conf as the process sees it (through its mount namespace), and
+// the options that bound how long one lookup waits. Nothing else of the file
+// (search domains) is kept.
+struct ResolverConfig {
+  std::vector<std::string> nameservers;    // addresses in file order, at most procfs::kMaxNameservers
+  std::optional<int> timeout_s, attempts;  // "options timeout:N attempts:N"; unset: glibc's 5 s and 2
+  std::string error;                       // why the file could not be read ("" when it was)
+};
+
 struct ProcessInfo {
   int pid = 0;
   int ppid = 0;
@@ -215,6 +225,8 @@ struct ProcessInfo {
   // FROZEN/FREEZING, "/path" for v2's "frozen 1"); "" when it is not frozen.
   // Frozen threads show state D (v1) or S (v2), yet run nothing until thawed.
   std::string frozen_cgroup;
+  // Its resolv.conf (the job's processes only; unset when not read).
+  std::optional<ResolverConfig> resolver;
   const ThreadInfo* thread(int tid) const;  // nullptr if not one of its threads
 };
 

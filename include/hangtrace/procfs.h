@@ -11,7 +11,9 @@
 // Where they live: userspace/core/procfs/ -- process_files.cpp (stat,
 // status, syscall, io, schedstat, statm, cmdline, comm, namespace links),
 // fd_files.cpp (fd links, fdinfo), maps.cpp, mountinfo.cpp, socket_tables.cpp (net/tcp*,
-// udp*, unix), readers.cpp (files, links, listings, identities) and
+// udp*, unix), host_addresses.cpp (which addresses are this host: loopback,
+// net/if_inet6, net/fib_trie), resolv_conf.cpp (/etc/resolv.conf through
+// PID/root), readers.cpp (files, links, listings, identities) and
 // proc_fs.cpp (ProcFs).
 #pragma once
 
@@ -146,10 +148,42 @@ struct InetSocketEntry {
 };
 // `family` is "tcp", "tcp6", "udp" or "udp6" and picks the address width.
 Result<std::vector<InetSocketEntry>> parse_inet_sockets(std::string_view text, const std::string& family);
-// 127.0.0.0/8, ::1, ::ffff:127.x.x.x.
+// 127.0.0.0/8, ::1, ::ffff:127.x.x.x (host_addresses.cpp).
 bool is_loopback_address(const std::string& ip);
 // "::ffff:10.0.0.1" -> "10.0.0.1"; anything else unchanged.
 std::string unmap_ipv4(const std::string& ip);
+
+// The canonical text of an IP address ("::ffff:127.0.0.1" -> "127.0.0.1",
+// "0:0::1" -> "::1"); none for anything that is not one address (a name,
+// brackets, a port, a zone "%eth0", spaces, an empty string).
+std::optional<std::string> canonical_address(std::string_view ip);
+// 0.0.0.0, :: (a socket bound to every address, or no remote end).
+bool is_unspecified_address(std::string_view ip);
+// An endpoint as SocketInfo writes it: "10.0.0.1:53", "[::1]:53".
+struct Endpoint {
+  std::string ip;  // canonical (canonical_address)
+  uint16_t port = 0;
+};
+std::optional<Endpoint> parse_endpoint(std::string_view text);
+// This host: a loopback address, or one of `local_addresses` (the addresses
+// of its interfaces), compared in canonical form. Unspecified: never.
+bool is_this_host_address(std::string_view ip, const std::vector<std::string>& local_addresses);
+
+// ---- /proc/net/if_inet6, /proc/net/fib_trie: the addresses of this host -----
+// if_inet6: "<32 hex digits> ifindex prefix scope flags name" per address.
+Result<std::vector<std::string>> parse_if_inet6(std::string_view text);
+// fib_trie: the IPv4 addresses of local interfaces, the leaves ("|-- ADDR")
+// with a "/32 host LOCAL" route; each once. Lines it does not know are skipped.
+std::vector<std::string> parse_fib_trie_local(std::string_view text);
+// At most this many addresses are taken from either file.
+constexpr size_t kMaxHostAddresses = 4096;
+
+// ---- /etc/resolv.conf (as a process sees it) ----------------------------------
+// The nameserver lines (valid addresses only; a link-local zone is dropped)
+// and options timeout:N / attempts:N; every other line is ignored.
+constexpr size_t kMaxNameservers = 8;
+constexpr size_t kMaxResolvConfBytes = size_t{64} << 10;
+ResolverConfig parse_resolv_conf(std::string_view text);
 
 // ---- /proc/net/unix ---------------------------------------------------------
 struct UnixSocketEntry {
@@ -281,6 +315,16 @@ class ProcFs {
   Result<std::vector<InetSocketEntry>> inet_sockets(int pid, const std::string& table,
                                                     int* err = nullptr) const;
   Result<std::vector<UnixSocketEntry>> unix_sockets(int pid, int* err = nullptr) const;
+  // The addresses of the interfaces of that namespace: ROOT/PID/net/if_inet6
+  // (IPv6) and ROOT/PID/net/fib_trie (IPv4), whichever could be read; an
+  // error only when neither could.
+  Result<std::vector<std::string>> host_addresses(int pid, int* err = nullptr) const;
+
+  // ---- files of a process's mount namespace ----
+  // /etc/resolv.conf as `pid` sees it: opened under ROOT/PID/root with its
+  // links resolved inside that root (openat2 RESOLVE_IN_ROOT), a regular
+  // file only, at most kMaxResolvConfBytes.
+  Result<ResolverConfig> resolv_conf(int pid, int* err = nullptr) const;
 
   // ---- hangtrace itself (ROOT/self, ROOT/thread-self) ----
   Result<std::string> self_exe(int* err = nullptr) const;

@@ -208,6 +208,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   }
   if (auto ns = proc_.namespace_inode(id, "net")) p.netns = *ns;
   if (auto ns = proc_.namespace_inode(id, "mnt")) p.mntns = *ns;
+  if (role != ProcessRole::Peer && !exited) p.resolver = resolver_config(id, p.mntns);
   if (auto it = children_.find(pid); it != children_.end()) p.children = it->second;
   std::string exe_name = basename_of(p.exe);
   p.is_python = exe_name.rfind("python", 0) == 0;  // maps may still say so (keep_maps)
@@ -218,6 +219,19 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   collect_threads(p);
   if (!exited) collect_mounts(p);
   return p;
+}
+
+ResolverConfig Collector::resolver_config(int pid, uint64_t mntns) {
+  if (mntns) {
+    if (auto it = resolver_by_mntns_.find(mntns); it != resolver_by_mntns_.end()) return it->second;
+  }
+  ResolverConfig config;
+  if (auto read = proc_.resolv_conf(pid))
+    config = std::move(*read);
+  else
+    config.error = read.error();
+  if (mntns) resolver_by_mntns_[mntns] = config;
+  return config;
 }
 
 bool Collector::target_still_there() const {

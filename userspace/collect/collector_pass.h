@@ -42,6 +42,9 @@ struct NetnsSockets {
   std::unordered_map<uint64_t, std::string> remote_ip;  // inet sockets only
   // Listening TCP/UDP sockets by port, for connections not accepted yet.
   std::multimap<uint16_t, uint64_t> tcp_listeners;
+  // Unconnected UDP sockets by port, with the address each is bound to (a
+  // resolver on 127.0.0.53:53 answers datagrams sent there).
+  std::multimap<uint16_t, std::pair<std::string, uint64_t>> udp_bound;
 };
 
 struct ProgressSample {
@@ -84,6 +87,11 @@ class Collector {
   std::vector<int> waited_fds(const ProcessInfo& p, const ThreadInfo& t) const;
   void load_network_namespace(uint64_t netns, int reader_pid);
   const SocketInfo* find_socket(uint64_t inode) const;
+  // The unconnected UDP sockets of its namespace bound to the remote end of
+  // a UDP socket `s` on this host (the server a datagram to it reaches).
+  std::vector<uint64_t> udp_receivers(const SocketInfo& s) const;
+  // /etc/resolv.conf of a process of the job, read once per mount namespace.
+  ResolverConfig resolver_config(int pid, uint64_t mntns);
   void find_peers();
   ProgressSample sample_progress(int pid, int tid) const;
   void take_progress_samples(bool start);
@@ -111,6 +119,7 @@ class Collector {
   std::unordered_set<int> exited_;                                  // zombies: no fds, maps or memory left
   std::unordered_map<int, int> proc_ids_;  // pid -> live tid, where the leader has exited
   std::map<uint64_t, NetnsSockets> netns_sockets_;
+  std::map<uint64_t, ResolverConfig> resolver_by_mntns_;
   uint64_t own_netns_ = 0;
   double progress_start_s_ = 0;
 };

@@ -46,6 +46,8 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
       e.info.netns = netns;
       if (e.state_code == 10 /*LISTEN*/ && proto == "tcp")
         ns.tcp_listeners.emplace(e.local_port, e.info.inode);
+      if (proto == "udp" && e.remote_port == 0)
+        ns.udp_bound.emplace(e.local_port, std::make_pair(procfs::unmap_ipv4(e.local_ip), e.info.inode));
       if (e.remote_port != 0) {
         by_tuple[tuple_key(proto, e.local_ip, e.local_port, e.remote_ip, e.remote_port)] = e.info.inode;
         reverse_keys.emplace_back(e.info.inode,
@@ -111,13 +113,33 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
       if (peer != ns.by_inode.end()) s.remote = peer->second.local;
     }
   }
-  if (facts.addresses) {
-    for (const auto& a : *facts.addresses) {
+  // The interfaces' addresses, from netlink (inside the namespace) and from
+  // its /proc/PID/net/{if_inet6,fib_trie} (which need no setns).
+  auto add_addresses = [this](const std::vector<std::string>& addresses) {
+    for (const auto& a : addresses) {
       if (std::find(snap_.local_addresses.begin(), snap_.local_addresses.end(), a) ==
           snap_.local_addresses.end())
         snap_.local_addresses.push_back(a);
     }
+  };
+  if (facts.addresses) add_addresses(*facts.addresses);
+  if (auto from_proc = proc_.host_addresses(reader_pid)) add_addresses(*from_proc);
+}
+
+std::vector<uint64_t> Collector::udp_receivers(const SocketInfo& s) const {
+  std::vector<uint64_t> out;
+  if (s.family.rfind("udp", 0) != 0 || s.peer_inode) return out;
+  auto remote = procfs::parse_endpoint(s.remote);
+  if (!remote || remote->port == 0 || !procfs::is_this_host_address(remote->ip, snap_.local_addresses))
+    return out;
+  auto ns = netns_sockets_.find(s.netns);
+  if (ns == netns_sockets_.end()) return out;
+  auto [begin, end] = ns->second.udp_bound.equal_range(remote->port);
+  for (auto it = begin; it != end && out.size() < kMaxPeers; ++it) {
+    const auto& [ip, inode] = it->second;
+    if (inode != s.inode && (ip == remote->ip || procfs::is_unspecified_address(ip))) out.push_back(inode);
   }
+  return out;
 }
 
 const SocketInfo* Collector::find_socket(uint64_t inode) const {
@@ -142,6 +164,9 @@ void Collector::find_peers() {
       socket_inodes.insert(s->peer_inode);
       return;
     }
+    // A datagram to a server on this host (a resolver on 127.0.0.53:53):
+    // whoever holds the socket bound there answers it.
+    for (uint64_t receiver : udp_receivers(*s)) socket_inodes.insert(receiver);
     // A TCP connection not accepted yet: the listener on the remote port
     // holds the other end as far as anyone can tell.
     if (s->family.rfind("tcp", 0) == 0 && s->state != "LISTEN") {
@@ -230,7 +255,12 @@ void Collector::assemble_sockets() {
   }
   std::set<uint64_t> with_peers = keep;
   for (uint64_t inode : keep) {
-    if (const SocketInfo* s = find_socket(inode); s && s->peer_inode) with_peers.insert(s->peer_inode);
+    const SocketInfo* s = find_socket(inode);
+    if (!s) continue;
+    if (s->peer_inode) with_peers.insert(s->peer_inode);
+    // The servers a UDP socket sends to, held by someone or not: the graph
+    // tells "nobody listens there" from "a socket nobody visible holds".
+    for (uint64_t receiver : udp_receivers(*s)) with_peers.insert(receiver);
   }
   for (uint64_t inode : with_peers) {
     for (const auto& [netns, ns] : netns_sockets_) {
@@ -240,11 +270,7 @@ void Collector::assemble_sockets() {
       if (s.family != "unix") {
         auto ip = ns.remote_ip.find(inode);
         std::string remote = ip == ns.remote_ip.end() ? "" : ip->second;
-        bool unspecified = remote.empty() || remote == "0.0.0.0" || remote == "::";
-        s.remote_is_local_host =
-            !unspecified && (procfs::is_loopback_address(remote) ||
-                             std::find(snap_.local_addresses.begin(), snap_.local_addresses.end(), remote) !=
-                                 snap_.local_addresses.end());
+        s.remote_is_local_host = procfs::is_this_host_address(remote, snap_.local_addresses);
       }
       snap_.sockets.push_back(std::move(s));
       break;

@@ -177,6 +177,11 @@ json snapshot_to_json(const Snapshot& s) {
     if (!p.container_id.empty() || !p.pod_uid.empty())
       jp["container"] = {{"runtime", p.container_runtime}, {"id", p.container_id}, {"pod_uid", p.pod_uid}};
     if (!p.frozen_cgroup.empty()) jp["frozen_cgroup"] = p.frozen_cgroup;
+    if (p.resolver)
+      jp["resolver"] = {{"nameservers", p.resolver->nameservers},
+                        {"timeout_s", opt(p.resolver->timeout_s)},
+                        {"attempts", opt(p.resolver->attempts)},
+                        {"error", p.resolver->error.empty() ? json(nullptr) : json(p.resolver->error)}};
     json threads = json::array();
     for (const auto& t : p.threads) {
       json jt = {{"tid", t.tid},
@@ -351,6 +356,15 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         get_if(c, "runtime", p.container_runtime);
         get_if(c, "id", p.container_id);
         get_if(c, "pod_uid", p.pod_uid);
+      }
+      if (jp.contains("resolver") && jp.at("resolver").is_object()) {
+        const json& r = jp.at("resolver");
+        ResolverConfig config;
+        get_if(r, "nameservers", config.nameservers);
+        get_opt(r, "timeout_s", config.timeout_s);
+        get_opt(r, "attempts", config.attempts);
+        get_if(r, "error", config.error);
+        p.resolver = std::move(config);
       }
       for (const auto& jt : jp.value("threads", json::array())) {
         ThreadInfo t;

@@ -5,9 +5,12 @@
 #include <poll.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "graph_builder.h"
+#include "hangtrace/procfs.h"
 
 namespace hangtrace::graph {
 
@@ -94,8 +97,9 @@ std::string GraphBuilder::pipe_object(const FdEntry& f, bool want_read) {
 
 // A socket is released by whoever holds its peer: the other end of a
 // socketpair or of a local TCP connection, the listener that has not yet
-// accepted a connect, or nobody this host can see (a remote end, UDP, a
-// listening socket: external).
+// accepted a connect, the UDP socket bound to where a UDP socket sends (a
+// resolver on 127.0.0.53:53), or nobody this host can see (a remote end, a
+// listening socket, an unconnected UDP socket: external).
 std::string GraphBuilder::socket_object(const FdEntry& f) {
   const SocketInfo* s = snap_.socket(f.inode);
   if (!s) {
@@ -115,6 +119,7 @@ std::string GraphBuilder::socket_object(const FdEntry& f) {
   WaitObject& o = object(fmt::format("socket:[{}]", s->inode), kind, label);
   o.local = s->local;
   o.remote = s->remote;
+  o.remote_on_this_host = s->family != "unix" && s->remote_is_local_host;
   if (!o.holder_pids.empty() || o.external) return o.id;
 
   if (s->state == "LISTEN") {
@@ -122,11 +127,8 @@ std::string GraphBuilder::socket_object(const FdEntry& f) {
     o.notes.push_back("listening: waits for a client to connect");
     return o.id;
   }
-  if (kind == ObjectKind::UdpSocket) {
-    o.external = true;
-    return o.id;
-  }
-  if (kind == ObjectKind::TcpSocket && !s->remote_is_local_host) {
+  if (kind == ObjectKind::UdpSocket && !s->peer_inode) return udp_server(*s, o);
+  if ((kind == ObjectKind::TcpSocket || kind == ObjectKind::UdpSocket) && !s->remote_is_local_host) {
     o.external = true;
     o.notes.push_back(fmt::format("the other end, {}, is not on this host", s->remote));
     return o.id;
@@ -159,6 +161,52 @@ std::string GraphBuilder::socket_object(const FdEntry& f) {
     return o.id;
   }
   for (int pid : peer_holders) add_releaser_process(o, pid);
+  o.releasers_certain = true;
+  return o.id;
+}
+
+// A UDP socket sending to an address of this host is answered by whoever
+// holds the socket bound there (the address itself or the wildcard, in the
+// same network namespace); one with no remote end is released from outside.
+std::string GraphBuilder::udp_server(const SocketInfo& s, WaitObject& o) {
+  auto remote = procfs::parse_endpoint(s.remote);
+  if (!remote || remote->port == 0) {
+    o.external = true;  // unconnected: anyone may send to it
+    return o.id;
+  }
+  if (!s.remote_is_local_host) {
+    o.external = true;
+    o.notes.push_back(fmt::format("the other end, {}, is not on this host", s.remote));
+    return o.id;
+  }
+  std::vector<const SocketInfo*> bound;
+  for (const auto& b : snap_.sockets) {
+    if (b.inode == s.inode || b.family.rfind("udp", 0) != 0) continue;
+    if (b.netns && s.netns && b.netns != s.netns) continue;  // a loopback address is per namespace
+    auto local = procfs::parse_endpoint(b.local), far = procfs::parse_endpoint(b.remote);
+    if (!local || local->port != remote->port || (far && far->port != 0)) continue;
+    if (local->ip == remote->ip || procfs::is_unspecified_address(local->ip)) bound.push_back(&b);
+  }
+  std::vector<int> server_holders;
+  for (const auto* b : bound) {
+    const uint64_t ino = b->inode;
+    auto h = holders([&](const FdEntry& e) { return e.kind == FdKind::Socket && e.inode == ino; });
+    for (int pid : h)
+      if (std::find(server_holders.begin(), server_holders.end(), pid) == server_holders.end())
+        server_holders.push_back(pid);
+  }
+  if (server_holders.empty()) {
+    o.external = true;
+    o.notes.push_back(
+        bound.empty() ? fmt::format("no process on this host listens on {}", s.remote)
+                      : fmt::format("{} is bound by a socket no process hangtrace can see holds", s.remote));
+    return o.id;
+  }
+  o.notes.push_back(fmt::format("{} is bound by {} of this host", s.remote,
+                                server_holders.size() == 1
+                                    ? fmt::format("process {}", server_holders[0])
+                                    : fmt::format("{} processes", server_holders.size())));
+  for (int pid : server_holders) add_releaser_process(o, pid);
   o.releasers_certain = true;
   return o.id;
 }

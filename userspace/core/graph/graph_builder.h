@@ -71,6 +71,7 @@ class GraphBuilder {
   std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w);
   std::string pipe_object(const FdEntry& f, bool want_read);
   std::string socket_object(const FdEntry& f);
+  std::string udp_server(const SocketInfo& s, WaitObject& o);
   std::string eventfd_object(const ProcessInfo& p, const FdEntry& f);
   std::string child_object(const ProcessInfo& p, const ThreadInfo& t);
   // Every live process in the snapshot holding an fd for which `pred` is true.

@@ -90,14 +90,6 @@ std::string unmap_ipv4(const std::string& ip) {
   return ip;
 }
 
-bool is_loopback_address(const std::string& ip_in) {
-  std::string ip = unmap_ipv4(ip_in);
-  if (ip == "::1") return true;
-  in_addr v4{};
-  if (inet_pton(AF_INET, ip.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  return false;
-}
-
 // ---- net/unix --------------------------------------------------------------------
 
 Result<std::vector<UnixSocketEntry>> parse_unix_sockets(std::string_view text) {

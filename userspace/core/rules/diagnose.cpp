@@ -17,6 +17,7 @@ constexpr Rule kHostRules[] = {
     rules::io_stuck_findings,        // io-stuck
     rules::terminal_findings,        // orphaned-lock, dead-peer
     rules::deadlock_cycle_findings,  // deadlock-cycle
+    rules::dns_wait_findings,        // dns-wait
     rules::network_wait_findings,    // network-wait
     rules::shm_exhausted_findings,   // shm-exhausted
     rules::process_killed_findings,  // process-killed (live)

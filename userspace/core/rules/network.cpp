@@ -62,17 +62,13 @@ Finding network_wait(const RuleContext& ctx, const ThreadWait& w, const WaitObje
   f.details["remote"] = o.remote;
   f.details["peer_pids"] = peer_pids;
   f.details["blocked_s"] = w.blocked_s ? nlohmann::json(*w.blocked_s) : nlohmann::json(nullptr);
-  f.details["remote_on_this_host"] = !o.external;
+  f.details["remote_on_this_host"] = o.remote_on_this_host;
   std::string peer_text;
   if (!peer_pids.empty()) {
-    std::vector<std::string> parts;
-    for (int pid : peer_pids) {
-      const ThreadWait* pw = ctx.wait_of(pid);
-      parts.push_back(fmt::format("{}{}", ctx.thread_label(pid), pw ? ", which " + pw->summary : ""));
-    }
-    peer_text = fmt::format("; the other end is held by {}", fmt::join(parts, "; "));
+    peer_text = fmt::format("; the other end is held by {}", peer_labels(ctx, peer_pids));
   } else if (o.external) {
-    peer_text = "; the other end is not on this host";
+    peer_text = o.remote_on_this_host ? "; no process on this host holds the other end"
+                                      : "; the other end is not on this host";
   }
   f.summary = fmt::format("{} has been waiting on the network {} ({} -> {}){}", ctx.thread_label(tid),
                           for_duration(w.blocked_s), o.local, o.remote, peer_text);
@@ -94,11 +90,20 @@ Finding network_wait(const RuleContext& ctx, const ThreadWait& w, const WaitObje
 
 }  // namespace
 
+std::string peer_labels(const RuleContext& ctx, const std::vector<int>& pids) {
+  std::vector<std::string> parts;
+  for (int pid : pids) {
+    const ThreadWait* pw = ctx.wait_of(pid);
+    parts.push_back(fmt::format("{}{}", ctx.thread_label(pid), pw ? ", which " + pw->summary : ""));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 std::vector<Finding> network_wait_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
   for (const auto& [tid, w] : ctx.graph.threads) {
     if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) continue;
-    if (!ctx.in_tree(tid)) continue;
+    if (!ctx.in_tree(tid) || is_dns_lookup(ctx, w)) continue;  // dns-wait's
     for (const auto& id : w.objects) {
       const WaitObject& o = ctx.object(id);
       if (o.kind != ObjectKind::TcpSocket && o.kind != ObjectKind::UdpSocket) continue;

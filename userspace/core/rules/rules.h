@@ -37,6 +37,14 @@ std::vector<Finding> io_stuck_findings(const RuleContext& ctx);
 
 // network.cpp: network-wait, with what the live window saw of the connection.
 std::vector<Finding> network_wait_findings(const RuleContext& ctx);
+// "peer 300 (python3), which reads on socket:[5]; ...": the processes
+// holding the other end of a socket, and what each waits on.
+std::string peer_labels(const RuleContext& ctx, const std::vector<int>& pids);
+
+// dns.cpp: dns-wait (a name lookup that has not come back), and whether a
+// wait is one (network-wait leaves those to it).
+std::vector<Finding> dns_wait_findings(const RuleContext& ctx);
+bool is_dns_lookup(const RuleContext& ctx, const ThreadWait& w);
 
 // resources.cpp: shm-exhausted; process-killed and memory-growth (live only).
 std::vector<Finding> shm_exhausted_findings(const RuleContext& ctx);
