@@ -61,8 +61,8 @@ struct FileSystemWait {
   bool write = false;
   bool known_mount = false;  // the fields below come from the waiter's mountinfo
   std::string mount_point, fstype, source;
-  std::string options;  // the superblock's ("rw,vers=4.2,hard,addr=10.0.0.5")
-  std::string server;  // network filesystems: "host (10.0.0.5)", "" otherwise
+  std::string options;                      // the superblock's ("rw,vers=4.2,hard,addr=10.0.0.5")
+  std::string server;                       // network filesystems: "host (10.0.0.5)", "" otherwise
   std::optional<uint32_t> fuse_connection;  // /sys/fs/fuse/connections/N
   std::vector<int> server_pids;             // FUSE: the processes holding /dev/fuse that serve it
 };

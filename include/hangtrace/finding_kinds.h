@@ -49,7 +49,7 @@ const char* severity_name(Severity s);
   X(DeadlockCycle, "deadlock-cycle", Critical, 20,                                                          \
     "blocked threads, across processes (or one thread relocking its own mutex), each waiting for the next") \
   X(DnsWait, "dns-wait", Critical, 28,                                                                      \
-    "a thread inside a name lookup (getaddrinfo, res_*, a socket to port 53) past --stall-after")       \
+    "a thread inside a name lookup (getaddrinfo, res_*, a socket to port 53) past --stall-after")           \
   X(NetworkWait, "network-wait", Warning, 30,                                                               \
     "a thread blocked on a TCP/UDP socket past --stall-after (critical when the main thread waits on it)")  \
   X(MemoryGrowth, "memory-growth", Warning, 40,                                                             \

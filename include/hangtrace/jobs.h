@@ -138,6 +138,7 @@ ContainerIdentity container_from_cgroup(std::string_view cgroup_text);
 // freezer.state is FROZEN or FREEZING, "/path" when v2's cgroup.events says
 // "frozen 1" (under `cgroup_root`/unified on a hybrid host, or the root);
 // "" when it is not frozen or the path is not a plain absolute one.
-std::string frozen_cgroup_of(const std::string& cgroup_text, const std::string& cgroup_root = "/sys/fs/cgroup");
+std::string frozen_cgroup_of(const std::string& cgroup_text,
+                             const std::string& cgroup_root = "/sys/fs/cgroup");
 
 }  // namespace hangtrace::jobs

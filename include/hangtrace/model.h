@@ -207,7 +207,7 @@ struct ProcessInfo {
   uint64_t netns = 0, mntns = 0;  // namespace inodes
   std::vector<ThreadInfo> threads;
   std::vector<FdEntry> fds;
-  std::vector<Mapping> maps;       // only shared and futex-relevant mappings
+  std::vector<Mapping> maps;  // only shared and futex-relevant mappings
   // The mounts of the files its threads wait on in the kernel (fds' mnt_id),
   // from its own /proc/PID/mountinfo; not every mount it sees.
   std::vector<MountEntry> mounts;

@@ -62,8 +62,10 @@ TEST_P(LiveWaits, FutexPingPongWaitsWakesAndWakers) {
     EXPECT_EQ(e.timeout_ns, 10'000'000'000ull);  // the relative 10 s as given
     EXPECT_EQ(e.ret, 0);
     if (e.kstack_id >= 0) ++with_kstack;
-    if (e.ustack_id >= 0) ++with_ustack;
-    else ++ustack_errors[e.ustack_id];
+    if (e.ustack_id >= 0)
+      ++with_ustack;
+    else
+      ++ustack_errors[e.ustack_id];
     max_wait = std::max<uint64_t>(max_wait, e.duration_ns);
   }
   // A wait can be woken between queueing itself and sleeping (the wake's

@@ -25,10 +25,12 @@ std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
 }
 
 void stack(ThreadInfo& t, std::initializer_list<const char*> frames) {
-  for (const char* f : frames) t.kernel->stack.push_back({0xffffffff81000000ull, std::string(f) + "+0x1c/0x80"});
+  for (const char* f : frames)
+    t.kernel->stack.push_back({0xffffffff81000000ull, std::string(f) + "+0x1c/0x80"});
 }
 
-void file_fd(SnapshotBuilder& b, int pid, int fd, const std::string& path, int mnt_id, FdKind kind = FdKind::File) {
+void file_fd(SnapshotBuilder& b, int pid, int fd, const std::string& path, int mnt_id,
+             FdKind kind = FdKind::File) {
   FdEntry f;
   f.fd = fd;
   f.kind = kind;
@@ -51,7 +53,8 @@ const char* kNfsLine =
 
 // main 100 polls the workers' result pipe; workers 101 and 102 read
 // /mnt/data/shard-3.bin (or `path` on `mount`); `daemon` 412 holds /dev/fuse.
-SnapshotBuilder loader(const std::string& mount, const std::string& path, bool daemon, double blocked_s = 60.0) {
+SnapshotBuilder loader(const std::string& mount, const std::string& path, bool daemon,
+                       double blocked_s = 60.0) {
   SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
   ThreadInfo& main = b.thread(100, 100);
@@ -113,7 +116,8 @@ TEST(IoStuckRule, FuseWorkersNameTheFileTheMountAndTheDaemon) {
   }
   EXPECT_TRUE(via_worker && served && daemon_wait);
   bool fusermount = false;
-  for (const auto& a : f.advice) fusermount = fusermount || a.find("fusermount -u -z /mnt/data") != std::string::npos;
+  for (const auto& a : f.advice)
+    fusermount = fusermount || a.find("fusermount -u -z /mnt/data") != std::string::npos;
   EXPECT_TRUE(fusermount);
   EXPECT_EQ(d.findings.front().kind, FindingKind::IoStuck);
   EXPECT_EQ(exit_status_for(d), 2);
@@ -159,7 +163,8 @@ TEST(IoStuckRule, NfsReadNamesTheServer) {
   EXPECT_EQ(f.details["fstype"], "nfs4");
   EXPECT_NE(f.summary.find("server fileserver (10.0.0.5)"), std::string::npos) << f.summary;
   bool server_advice = false;
-  for (const auto& a : f.advice) server_advice = server_advice || a.find("Check the server fileserver") != std::string::npos;
+  for (const auto& a : f.advice)
+    server_advice = server_advice || a.find("Check the server fileserver") != std::string::npos;
   EXPECT_TRUE(server_advice);
 }
 

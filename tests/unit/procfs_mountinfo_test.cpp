@@ -88,7 +88,7 @@ TEST(Mountinfo, EscapesAreUndone) {
   EXPECT_EQ(m->fstype, "fuse.sshfs");
   EXPECT_EQ(mount_server(*m), "gpu-host");  // user@ dropped
   EXPECT_EQ(unescape_mount_field("a\\134b\\012c"), "a\\b\nc");
-  EXPECT_EQ(unescape_mount_field("trailing\\04"), "trailing\\04");  // cut escape kept as is
+  EXPECT_EQ(unescape_mount_field("trailing\\04"), "trailing\\04");    // cut escape kept as is
   EXPECT_EQ(unescape_mount_field("\\000nul\\999"), "\\000nul\\999");  // NUL and non-octal kept
 }
 
@@ -96,13 +96,14 @@ TEST(Mountinfo, HostileLinesAreSkippedNotTrusted) {
   std::string huge_point(kMaxMountinfoLineBytes, 'a');
   std::string text =
       "no separator here at all\n"
-      "x 27 0:5 / /bad rw - tmpfs tmpfs rw\n"                            // id not a number
-      "40 27 0:5 / /nosep rw shared:1 tmpfs tmpfs rw\n"                  // no " - "
-      "41 27 zz / /baddev rw - tmpfs tmpfs rw\n"                         // device
-      "42 27 0:5 / /nofstype rw -\n"                                     // nothing after "-"
-      "43 27 0:5 / /" + huge_point + " rw - tmpfs tmpfs rw\n" +          // longer than any real line
+      "x 27 0:5 / /bad rw - tmpfs tmpfs rw\n"            // id not a number
+      "40 27 0:5 / /nosep rw shared:1 tmpfs tmpfs rw\n"  // no " - "
+      "41 27 zz / /baddev rw - tmpfs tmpfs rw\n"         // device
+      "42 27 0:5 / /nofstype rw -\n"                     // nothing after "-"
+      "43 27 0:5 / /" +
+      huge_point + " rw - tmpfs tmpfs rw\n" +  // longer than any real line
       "44 27 0:5 / /ok rw - tmpfs tmpfs rw\n"
-      "45 27 0:99999999999 / /overflow rw - tmpfs tmpfs rw\n";           // minor out of range
+      "45 27 0:99999999999 / /overflow rw - tmpfs tmpfs rw\n";  // minor out of range
   MountTable t = parse_mountinfo(text);
   ASSERT_EQ(t.mounts.size(), 1u);
   EXPECT_EQ(t.mounts[0].mount_point, "/ok");
@@ -113,8 +114,10 @@ TEST(Mountinfo, HostileLinesAreSkippedNotTrusted) {
 TEST(Mountinfo, ALongButRealLineParses) {
   // overlayfs of a container image: a few KiB of lowerdir paths.
   std::string lower;
-  for (int i = 0; i < 200; ++i) lower += (i ? ":" : "") + std::string("/var/lib/containerd/snapshots/") + std::to_string(i) + "/fs";
-  std::string line = "900 27 0:80 / /run/c rw,relatime - overlay overlay rw,lowerdir=" + lower + ",upperdir=/u,workdir=/w";
+  for (int i = 0; i < 200; ++i)
+    lower += (i ? ":" : "") + std::string("/var/lib/containerd/snapshots/") + std::to_string(i) + "/fs";
+  std::string line =
+      "900 27 0:80 / /run/c rw,relatime - overlay overlay rw,lowerdir=" + lower + ",upperdir=/u,workdir=/w";
   auto m = parse_mountinfo_line(line);
   ASSERT_TRUE(m) << m.error();
   EXPECT_EQ(m->fstype, "overlay");

@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   app.add_option("-d,--duration", opt.duration_s,
                  "seconds to watch for progress after the snapshot (0 = snapshot only)")
       ->check(CLI::Range(0.0, 86400.0));
-  app.add_option("--stall-after", opt.stall_after_s, "a socket wait this long (s) counts as stalled")
+  app.add_option("--stall-after", opt.stall_after_s,
+                 "a socket, DNS, file-system or GIL wait this long (s) counts as stalled")
       ->check(CLI::Range(0.0, 1e9));
   // The report and the postmortem outputs, each to a FILE (or DIR).
   const struct {

@@ -56,7 +56,8 @@ void Collector::collect_mounts(ProcessInfo& p) {
       const FdEntry* f = nullptr;
       for (const auto& e : p.fds)
         if (e.fd == fd) f = &e;
-      if (f && f->mnt_id >= 0 && (f->kind == FdKind::File || f->kind == FdKind::ShmFile)) wanted.insert(f->mnt_id);
+      if (f && f->mnt_id >= 0 && (f->kind == FdKind::File || f->kind == FdKind::ShmFile))
+        wanted.insert(f->mnt_id);
     }
   }
   if (wanted.empty()) return;
@@ -69,7 +70,8 @@ void Collector::collect_mounts(ProcessInfo& p) {
   for (auto& m : table->mounts)
     if (wanted.count(m.mount_id)) p.mounts.push_back(std::move(m));
   if (p.mounts.size() < wanted.size() && (table->malformed || table->truncated))
-    limitation(fmt::format("mounts of {}: {} line(s) of its mountinfo did not parse{}", p.pid, table->malformed,
+    limitation(fmt::format("mounts of {}: {} line(s) of its mountinfo did not parse{}", p.pid,
+                           table->malformed,
                            table->truncated ? ", and it has more mounts than are read" : ""));
 }
 

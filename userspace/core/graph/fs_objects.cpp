@@ -27,23 +27,41 @@ bool is_fuse_request_frame(std::string_view f) {
 
 // Page-cache, block and network-filesystem waits of a read or write.
 bool is_fs_frame(std::string_view f) {
-  static constexpr std::string_view kFrames[] = {
-      "folio_wait_bit_common", "folio_wait_bit", "__folio_lock", "__folio_lock_killable",
-      "folio_wait_writeback", "wait_on_page_bit", "wait_on_page_bit_common", "__lock_page",
-      "__lock_page_killable", "filemap_read", "filemap_fault", "filemap_get_pages", "filemap_update_page",
-      "generic_file_read_iter", "generic_perform_write", "io_schedule", "bit_wait_io", "__wait_on_buffer",
-      "submit_bio_wait", "blk_mq_get_tag", "iomap_dio_rw", "blkdev_read_iter", "wait_for_response"};
+  static constexpr std::string_view kFrames[] = {"folio_wait_bit_common",
+                                                 "folio_wait_bit",
+                                                 "__folio_lock",
+                                                 "__folio_lock_killable",
+                                                 "folio_wait_writeback",
+                                                 "wait_on_page_bit",
+                                                 "wait_on_page_bit_common",
+                                                 "__lock_page",
+                                                 "__lock_page_killable",
+                                                 "filemap_read",
+                                                 "filemap_fault",
+                                                 "filemap_get_pages",
+                                                 "filemap_update_page",
+                                                 "generic_file_read_iter",
+                                                 "generic_perform_write",
+                                                 "io_schedule",
+                                                 "bit_wait_io",
+                                                 "__wait_on_buffer",
+                                                 "submit_bio_wait",
+                                                 "blk_mq_get_tag",
+                                                 "iomap_dio_rw",
+                                                 "blkdev_read_iter",
+                                                 "wait_for_response"};
   for (auto k : kFrames)
     if (f == k) return true;
-  for (std::string_view prefix : {"nfs_", "nfs4_", "rpc_", "__rpc_", "cifs_", "smb2_", "ll_", "vvp_", "ceph_",
-                                  "p9_", "jbd2_"})
+  for (std::string_view prefix :
+       {"nfs_", "nfs4_", "rpc_", "__rpc_", "cifs_", "smb2_", "ll_", "vvp_", "ceph_", "p9_", "jbd2_"})
     if (starts_with(f, prefix)) return true;
   return is_fuse_request_frame(f);
 }
 
 }  // namespace
 
-bool GraphBuilder::fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w) {
+bool GraphBuilder::fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc,
+                           ThreadWait& w) {
   bool fuse_stack = false;
   std::string fs_frame;  // the innermost filesystem frame
   for (const auto& f : w.kernel_stack) {
@@ -99,7 +117,8 @@ bool GraphBuilder::fs_wait(const ProcessInfo& p, const ThreadInfo& t, const Sysc
       // The daemon: a live process holding /dev/fuse. With several, those
       // naming the mount point on their command line (most daemons take it
       // as an argument); the connection of an fd is not shown in /proc.
-      auto daemons = holders([](const FdEntry& e) { return e.kind == FdKind::Device && e.link == "/dev/fuse"; });
+      auto daemons =
+          holders([](const FdEntry& e) { return e.kind == FdKind::Device && e.link == "/dev/fuse"; });
       if (daemons.size() > 1 && m) {
         std::vector<int> named;
         for (int pid : daemons) {
@@ -119,16 +138,18 @@ bool GraphBuilder::fs_wait(const ProcessInfo& p, const ThreadInfo& t, const Sysc
             "no process hangtrace can see holds /dev/fuse: the FUSE daemon runs outside its view (another "
             "pid namespace, a container)");
       } else {
-        o.notes.push_back(fmt::format("{} processes hold /dev/fuse; which serves this mount is not known",
-                                      daemons.size()));
+        o.notes.push_back(
+            fmt::format("{} processes hold /dev/fuse; which serves this mount is not known", daemons.size()));
       }
     } else {
       o.external = true;  // a disk or a server: nothing in the snapshot completes it
       if (!fs.server.empty()) {
         o.label += " from server " + fs.server;
-        o.notes.push_back(fmt::format("served by {} over the network ({} {})", fs.server, fs.fstype, fs.source));
+        o.notes.push_back(
+            fmt::format("served by {} over the network ({} {})", fs.server, fs.fstype, fs.source));
       } else if (m) {
-        o.notes.push_back(fmt::format("{} on {}: the device does not complete the I/O", fs.fstype, fs.source));
+        o.notes.push_back(
+            fmt::format("{} on {}: the device does not complete the I/O", fs.fstype, fs.source));
       }
     }
     o.fs = std::move(fs);

@@ -59,7 +59,8 @@ Result<MountEntry> parse_mountinfo_line(std::string_view line) {
   // Optional fields ("shared:1 master:2") up to the lone "-"; bounded by the line.
   for (;;) {
     std::string_view f = next_field(rest);
-    if (f.empty()) return parse_error("mountinfo line", fmt::format("no ' - ' separator: '{}'", excerpt(line)));
+    if (f.empty())
+      return parse_error("mountinfo line", fmt::format("no ' - ' separator: '{}'", excerpt(line)));
     if (f == "-") break;
   }
   std::string_view fstype = next_field(rest), source = next_field(rest), super = next_field(rest);
@@ -112,9 +113,9 @@ bool is_fuse_fstype(std::string_view fstype) {
 }
 
 bool is_network_fstype(std::string_view fstype) {
-  for (std::string_view t : {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "ceph", "glusterfs", "9p",
-                             "afs", "beegfs", "gpfs", "fuse.sshfs", "fuse.glusterfs", "fuse.s3fs",
-                             "fuse.gcsfuse", "fuse.ceph-fuse", "fuse.rclone"})
+  for (std::string_view t :
+       {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "ceph", "glusterfs", "9p", "afs", "beegfs", "gpfs",
+        "fuse.sshfs", "fuse.glusterfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.ceph-fuse", "fuse.rclone"})
     if (fstype == t) return true;
   return false;
 }

@@ -25,22 +25,24 @@ std::vector<std::string> advice_for(const FileSystemWait& fs, const RuleContext&
     out.push_back(fmt::format(
         "Check {}: it has the request and does not answer (look at its own wait and stack; restart it).",
         daemon));
-    std::string abort = fs.fuse_connection
-                            ? fmt::format(", or abort the connection: 'echo 1 > /sys/fs/fuse/connections/{}/abort'",
-                                          *fs.fuse_connection)
-                            : "";
-    out.push_back(fmt::format(
-        "To free the waiting threads: 'fusermount -u -z {}' (or 'umount -l {}'){}; the reads then fail instead of "
-        "hanging.",
-        mp, mp, abort));
+    std::string abort =
+        fs.fuse_connection
+            ? fmt::format(", or abort the connection: 'echo 1 > /sys/fs/fuse/connections/{}/abort'",
+                          *fs.fuse_connection)
+            : "";
+    out.push_back(
+        fmt::format("To free the waiting threads: 'fusermount -u -z {}' (or 'umount -l {}'){}; the reads "
+                    "then fail instead of "
+                    "hanging.",
+                    mp, mp, abort));
   } else if (!fs.server.empty()) {
     out.push_back(fmt::format(
         "Check the server {} and the network to it ('nfsstat -m', 'mount | grep {}', ping it): a hard mount "
         "waits for it forever; 'umount -f -l {}' gives up on it.",
         fs.server, mp, mp));
   } else {
-    out.push_back(fmt::format("Check the device behind {} ({}): 'dmesg' for I/O errors and resets.",
-                              mp, fs.source.empty() ? "unknown" : fs.source));
+    out.push_back(fmt::format("Check the device behind {} ({}): 'dmesg' for I/O errors and resets.", mp,
+                              fs.source.empty() ? "unknown" : fs.source));
   }
   out.push_back(
       "Look in 'dmesg' for hung_task reports ('blocked for more than 120 seconds') naming these threads.");
@@ -103,12 +105,13 @@ std::vector<Finding> io_stuck_findings(const RuleContext& ctx) {
                              ? fmt::format(", served by {}", ctx.thread_label(fs.server_pids[0]))
                          : !fs.server.empty() ? fmt::format(", server {}", fs.server)
                                               : "";
-    const std::string what = fs.file.empty() ? "an uninterruptible wait in the kernel"
-                                             : fmt::format("a {} of {}", fs.write ? "write" : "read", fs.file);
-    f.summary = fmt::format("{} thread{} of the job stuck{} in {}{}{}: no I/O or CPU moved in the {:.3g} s window",
-                            stuck.size(), stuck.size() > 1 ? "s" : "",
-                            longest > 0 ? " " + for_duration(longest) : "", what, where, served,
-                            ctx.snap.sample_window_s);
+    const std::string what = fs.file.empty()
+                                 ? "an uninterruptible wait in the kernel"
+                                 : fmt::format("a {} of {}", fs.write ? "write" : "read", fs.file);
+    f.summary =
+        fmt::format("{} thread{} of the job stuck{} in {}{}{}: no I/O or CPU moved in the {:.3g} s window",
+                    stuck.size(), stuck.size() > 1 ? "s" : "", longest > 0 ? " " + for_duration(longest) : "",
+                    what, where, served, ctx.snap.sample_window_s);
     for (size_t i = 0; i < stuck.size() && i < 8; ++i) ctx.add_thread_evidence(f, stuck[i]);
     if (stuck.size() > 8) f.evidence.push_back(fmt::format("... and {} more", stuck.size() - 8));
     if (fs.known_mount)
@@ -117,7 +120,9 @@ std::vector<Finding> io_stuck_findings(const RuleContext& ctx) {
     if (fs.fuse_connection) f.evidence.push_back(fmt::format("FUSE connection {}", *fs.fuse_connection));
     for (const auto& note : o.notes) f.evidence.push_back(note);
     f.advice = advice_for(fs, ctx);
-    auto str_or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+    auto str_or_null = [](const std::string& s) {
+      return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
+    };
     f.details = {{"file", str_or_null(fs.file)},
                  {"write", fs.write},
                  {"mount_point", str_or_null(fs.mount_point)},
@@ -125,7 +130,8 @@ std::vector<Finding> io_stuck_findings(const RuleContext& ctx) {
                  {"source", str_or_null(fs.source)},
                  {"server", str_or_null(fs.server)},
                  {"server_pids", fs.server_pids},
-                 {"fuse_connection", fs.fuse_connection ? nlohmann::json(*fs.fuse_connection) : nlohmann::json(nullptr)},
+                 {"fuse_connection",
+                  fs.fuse_connection ? nlohmann::json(*fs.fuse_connection) : nlohmann::json(nullptr)},
                  {"stuck_tids", stuck},
                  {"blocked_s", longest > 0 ? nlohmann::json(longest) : nlohmann::json(nullptr)}};
     out.push_back(std::move(f));
