@@ -8,6 +8,7 @@
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/report.h"
+#include "frames.h"
 #include "snapshot_builder.h"
 
 namespace hangtrace {
@@ -15,7 +16,7 @@ namespace {
 
 using testing::in_syscall;
 using testing::of_kind;
-using testing::py_frame;
+using testing::py;
 using testing::SnapshotBuilder;
 
 // Rank 0 (the target, pid 100) waits in recvfrom on two sockets, one per
@@ -106,20 +107,20 @@ SnapshotBuilder pool_waiting_on_itself(bool one_thread_idle) {
   const std::string pool = "/usr/lib/python3.11/concurrent/futures/thread.py";
   const std::string threading = "/usr/lib/python3.11/threading.py";
   ThreadInfo& main = b.futex_wait(100, 100, 0x7f0000001000, false, testing::sem_bytes(1, 128));
-  main.python_stack = {py_frame("Condition.wait", threading, 320), py_frame("Future.result", base, 451),
-                       py_frame("<module>", "/srv/train.py", 40)};
+  main.python_stack = {py("Condition.wait", threading, 320), py("Future.result", base, 451),
+                       py("<module>", "/srv/train.py", 40)};
   for (int tid : {101, 102, 103}) {
     ThreadInfo& t = b.futex_wait(100, tid, 0x7f0000002000 + 0x100 * static_cast<uint64_t>(tid - 100), false,
                                  testing::sem_bytes(1, 128));
     if (one_thread_idle && tid == 103)
-      t.python_stack = {py_frame("_worker", pool, 81), py_frame("Thread.run", threading, 975)};
+      t.python_stack = {py("_worker", pool, 81), py("Thread.run", threading, 975)};
     else
-      t.python_stack = {py_frame("Condition.wait", threading, 320),
-                        py_frame("Future.result", base, 451),
-                        py_frame("load", "/srv/pipeline.py", 41),
-                        py_frame("_WorkItem.run", pool, 58),
-                        py_frame("_worker", pool, 83),
-                        py_frame("Thread.run", threading, 975)};
+      t.python_stack = {py("Condition.wait", threading, 320),
+                        py("Future.result", base, 451),
+                        py("load", "/srv/pipeline.py", 41),
+                        py("_WorkItem.run", pool, 58),
+                        py("_worker", pool, 83),
+                        py("Thread.run", threading, 975)};
   }
   return b;
 }

@@ -94,16 +94,6 @@ inline std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind)
   return out;
 }
 
-// A Python frame, as the collector records it.
-inline UserFrame py_frame(const std::string& function, const std::string& file, int line) {
-  UserFrame f;
-  f.kind = UserFrame::Kind::Python;
-  f.function = function;
-  f.file = file;
-  f.line = line;
-  return f;
-}
-
 struct SnapshotBuilder {
   Snapshot s;
 
