@@ -20,16 +20,14 @@ namespace {
 constexpr size_t kMaxGroupedFindings = 64;
 
 // The threads `f`'s waits reach: every releaser along the wait-for graph
-// from its threads that are not also `other`'s, and what it waits for
-// outside the graph (a collective's absent ranks).
-std::set<int> reached_by(const RuleContext& ctx, const Finding& f, const Finding& other) {
-  std::set<int> seen;
-  std::deque<int> queue;
-  for (int t : f.tids)
-    if (std::find(other.tids.begin(), other.tids.end(), t) == other.tids.end() && seen.insert(t).second)
-      queue.push_back(t);
+// from its threads, and what it waits for outside the graph (a
+// collective's absent ranks). One walk per finding, not per pair: the
+// releasers of a process's private locks are all its threads, so a walk
+// can cover a large part of a big job's graph.
+std::set<int> reached_by(const RuleContext& ctx, const Finding& f) {
+  std::set<int> seen(f.tids.begin(), f.tids.end());
+  std::deque<int> queue(seen.begin(), seen.end());
   std::set<int> reached(f.waits_for_tids.begin(), f.waits_for_tids.end());
-  if (queue.empty()) return reached;
   while (!queue.empty()) {
     const int t = queue.front();
     queue.pop_front();
@@ -44,8 +42,11 @@ std::set<int> reached_by(const RuleContext& ctx, const Finding& f, const Finding
   return reached;
 }
 
-bool meets(const std::set<int>& reached, const std::vector<int>& tids) {
-  return std::any_of(tids.begin(), tids.end(), [&](int t) { return reached.count(t) > 0; });
+// `reached` holds a thread of `target` that is not also one of `source`'s.
+bool meets(const std::set<int>& reached, const Finding& source, const Finding& target) {
+  return std::any_of(target.tids.begin(), target.tids.end(), [&](int t) {
+    return reached.count(t) > 0 && std::find(source.tids.begin(), source.tids.end(), t) == source.tids.end();
+  });
 }
 
 // `outer` names every thread of `inner` and more: inner is one wait inside
@@ -66,10 +67,11 @@ void group_by_cause(const RuleContext& ctx, std::vector<Finding>& findings) {
   // critical) and either contains a, or a's waits lead to b's threads and
   // b's do not lead back to a's.
   std::vector<std::vector<char>> reaches(n, std::vector<char>(n, 0));
-  for (size_t a = 0; a < n; ++a)
+  for (size_t a = 0; a < n; ++a) {
+    const std::set<int> reached = reached_by(ctx, findings[a]);
     for (size_t b = 0; b < n; ++b)
-      if (a != b && !findings[b].tids.empty())
-        reaches[a][b] = meets(reached_by(ctx, findings[a], findings[b]), findings[b].tids);
+      if (a != b) reaches[a][b] = meets(reached, findings[a], findings[b]);
+  }
   auto explains = [&](size_t b, size_t a) {
     if (findings[b].severity < findings[a].severity) return false;
     if (contains(findings[b], findings[a])) return true;
