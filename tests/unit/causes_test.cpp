@@ -174,6 +174,17 @@ TEST(PoolRule, AForkedChildsInheritedLockKeepsTheForkAdvice) {
   ASSERT_EQ(orphaned.size(), 1u);
   EXPECT_TRUE(orphaned.front()->details["across_fork"].get<bool>());
   EXPECT_NE(orphaned.front()->advice.front().find("spawn"), std::string::npos);
+
+  // The same worker with a helper thread it started after the fork, parked
+  // on its own event: a closed process, still the fork's lock.
+  b.futex_wait(200, 201, 0x7f0000004000, false, testing::sem_bytes(1, 128));
+  Diagnosis closed = diagnose(b.s);
+  orphaned = of_kind(closed, FindingKind::OrphanedLock);
+  ASSERT_FALSE(orphaned.empty());
+  for (const Finding* f : orphaned) {
+    EXPECT_TRUE(f->details["across_fork"].get<bool>()) << f->summary;
+    EXPECT_NE(f->advice.front().find("spawn"), std::string::npos);
+  }
 }
 
 }  // namespace

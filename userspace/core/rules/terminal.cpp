@@ -86,14 +86,16 @@ void add_locks_of_closed_processes(const RuleContext& ctx, Groups& groups) {
 
 // The lock came across a fork: its owner is a thread of another process (the
 // parent whose copy it is), or the waiting process is a fork child (its
-// parent's command line) and no thread of its own holds the lock.
-bool lock_came_across_fork(const RuleContext& ctx, const WaitObject& lock, int waiter_pid,
-                           bool in_process_knot) {
+// parent's command line) and no live thread of its own owns the lock. A fork
+// child's other threads were all started after the fork, so a knot of them
+// (idle helpers parked on their own events) does not make it an in-process
+// deadlock; a pool waiting on itself is pool.cpp's, before this rule.
+bool lock_came_across_fork(const RuleContext& ctx, const WaitObject& lock, int waiter_pid) {
   if (lock.owner_tid) {
     auto it = ctx.graph.tid_to_pid.find(*lock.owner_tid);
-    if (it != ctx.graph.tid_to_pid.end() && it->second != waiter_pid) return true;
+    if (it != ctx.graph.tid_to_pid.end()) return it->second != waiter_pid;
   }
-  return !in_process_knot && ctx.is_fork_child(waiter_pid);
+  return ctx.is_fork_child(waiter_pid);
 }
 
 void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject& lock,
@@ -121,7 +123,7 @@ void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject
   f.details["lock"] = lock.label;
   f.summary = fmt::format("{} wait{} forever on {} that no live thread can release: {}", who,
                           waiters.size() == 1 ? "s" : "", lock.label, reason);
-  const bool fork = lock_came_across_fork(ctx, lock, ctx.pid_of(waiters[0]), in_process_knot);
+  const bool fork = lock_came_across_fork(ctx, lock, ctx.pid_of(waiters[0]));
   f.details["across_fork"] = fork;
   // No owner recorded and no fork: the process's own threads hold it (a
   // thread that acquired a non-reentrant lock twice, or one that waits on
