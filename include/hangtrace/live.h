@@ -116,6 +116,51 @@ struct RssSeries {
   size_t samples = 0;
 };
 
+// A thread's CPU accounting over the window: /proc/PID/task/TID/schedstat
+// read when the window opened (or when the thread was first seen) and when it
+// closed (or last seen alive), as differences.
+struct ThreadTimes {
+  int pid = 0;
+  std::string comm;
+  uint64_t first_ns = 0, last_ns = 0;  // CLOCK_MONOTONIC of the two readings
+  uint64_t on_cpu_ns = 0;              // schedstat run time between them
+  uint64_t runnable_ns = 0;            // schedstat run delay (waiting for a CPU) between them
+  bool seen_at_start = false;          // read when the window opened
+};
+
+// The streamed waits of one thread in the window, summed by what it waited
+// on and who ended it (the latest wakeup seen for the thread, if it fell in
+// or just before the wait): every wait, not only the recent ones
+// `LiveObservation::blocked` keeps.
+struct WaitTotal {
+  uint32_t type = 0;  // HT_EV_FUTEX_WAIT or HT_EV_SYSCALL_BLOCK
+  int64_t nr = -1;    // syscall (HT_NR_*); futex waits: HT_NR_futex
+  uint32_t obj_kind = 0;  // ht_obj_kind of the fd (syscalls)
+  uint64_t object = 0;    // futex: uaddr; syscall: the fd's inode (0: none)
+  int fd = -1;            // the last call's fd
+  int waker_pid = 0, waker_tid = 0;  // 0: no wakeup seen (timed out, a signal, or not sampled)
+  std::string waker_comm;
+  bool timed_out = false;  // ended by its timeout (-ETIMEDOUT, or poll/select/epoll returned 0)
+  // Files (obj_kind HT_OBJ_FILE): where the file lives, from the record.
+  uint32_t mnt_id = 0;
+  std::string file;         // the file's name as the record carries it ("dir/name"), "" when unknown
+  int32_t ustack_id = -1;   // one call's user stack (key of user_stacks with the thread's pid)
+  int32_t kstack_id = -1;   // one call's kernel stack
+  uint64_t count = 0, sum_ns = 0;
+  uint32_t buckets[32] = {};  // log2 of the wait in microseconds, as HT_HIST_BUCKETS
+};
+
+// On-CPU samples of the traced threads, taken from outside the processes
+// (never stopping them): per thread, how many samples saw each stack, frames
+// outermost first and ';'-joined (Python frames "file.py:LINE func", native
+// ones their function name).
+struct CpuSamples {
+  uint32_t hz = 0;              // 0: the sampler did not run
+  uint64_t samples = 0;         // samples of traced threads
+  uint64_t unreadable = 0;      // samples whose stack could not be read
+  std::map<int, std::map<std::string, uint64_t>> by_tid;
+};
+
 struct LiveHook {
   std::string concern, program, attach;
   bool active = false;
@@ -151,7 +196,15 @@ struct LiveObservation {
   // /dev/shm {used, size} bytes sampled when a process hit ENOSPC or SIGBUS on it.
   std::map<int, std::pair<uint64_t, uint64_t>> shm_usage;
   GpuObservation gpu;
+  // The stall profile's inputs (include/hangtrace/profile.h).
+  std::map<int, ThreadTimes> thread_times;           // by tid
+  std::map<int, std::vector<WaitTotal>> wait_totals;  // by tid, at most kMaxWaitTotalsPerThread each
+  uint64_t wait_totals_dropped = 0;                   // waits not summed: a thread or key past the bounds
+  CpuSamples cpu_samples;
 };
+
+inline constexpr size_t kMaxWaitTotalsPerThread = 128;
+inline constexpr size_t kMaxWaitTotalThreads = 8192;
 
 class Aggregator {
  public:
