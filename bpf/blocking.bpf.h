@@ -88,6 +88,36 @@ static __always_inline void blocking_enter(struct pt_regs* regs, __s64 nr, bool 
   if (s) blocking_begin(s, regs, nr, has_fd, btf);
 }
 
+/* A regular file's mount id and "parent/name" into a record being sent (a
+ * second walk of the fd table, for file calls only: they are the rare
+ * records, and naming the file is what makes them useful). Probe reads in
+ * both twins: the names are read with bpf_probe_read_kernel_str anyway. */
+static __always_inline void blocking_name_file(struct ht_syscall_event* e, int fd) {
+  if (fd < 0) return;
+  struct task_struct* t = bpf_get_current_task_btf();
+  struct fdtable* fdt = BPF_CORE_READ(t, files, fdt);
+  if (!fdt || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds)) return;
+  struct file** fds = BPF_CORE_READ(fdt, fd);
+  struct file* f = NULL;
+  if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) != 0 || !f) return;
+  struct vfsmount* vm = BPF_CORE_READ(f, f_path.mnt);
+  if (vm) {
+    struct mount* m = (struct mount*)((void*)vm - bpf_core_field_offset(struct mount, mnt));
+    e->mnt_id = BPF_CORE_READ(m, mnt_id);
+  }
+  struct dentry* d = BPF_CORE_READ(f, f_path.dentry);
+  if (!d) return;
+  struct dentry* parent = BPF_CORE_READ(d, d_parent);
+  __u32 off = 0;
+  if (parent && parent != d) {
+    long n = bpf_probe_read_kernel_str(e->file, HT_FILE_COMPONENT_LEN, BPF_CORE_READ(parent, d_name.name));
+    if (n >= 1 && n <= HT_FILE_COMPONENT_LEN) off = (__u32)n;
+  }
+  if (off > HT_FILE_COMPONENT_LEN) off = 0; /* for the verifier */
+  if (off) e->file[off - 1] = '/';
+  bpf_probe_read_kernel_str(e->file + off, HT_FILE_COMPONENT_LEN, BPF_CORE_READ(d, d_name.name));
+}
+
 /* A call that lasted long enough (its state already cleared by the caller). */
 static __always_inline void blocking_emit(void* ctx, struct call_state* s, long ret, __u64 duration,
                                           __u64 now, bool btf) {
@@ -105,6 +135,10 @@ static __always_inline void blocking_emit(void* ctx, struct call_state* s, long 
   e->args[2] = s->args[2];
   e->kstack_id = s->kstack_id;
   e->ustack_id = take_user_stack(ctx, s, now);
+  e->mnt_id = 0;
+  e->file_pad = 0;
+  e->file[0] = 0;
+  if (s->obj_kind == HT_OBJ_FILE) blocking_name_file(e, (int)s->obj);
   ht_submit(e);
 }
 

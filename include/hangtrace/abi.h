@@ -239,6 +239,9 @@ enum ht_obj_kind {
   HT_OBJ_ANON = 4,    /* anything else: eventfd, epoll, timerfd, a character device */
 };
 
+#define HT_FILE_COMPONENT_LEN 48 /* one dentry name, with its NUL */
+#define HT_FILE_NAME_LEN (2 * HT_FILE_COMPONENT_LEN)
+
 struct ht_syscall_event {
   struct ht_event_header hdr;
   __s64 nr; /* syscall number: HT_NR_* (hangtrace/syscall_nr.h) */
@@ -250,6 +253,14 @@ struct ht_syscall_event {
   __u64 args[3];     /* first three raw arguments */
   __s32 kstack_id;   /* as in ht_futex_event */
   __s32 ustack_id;
+  /* Regular files (obj_kind HT_OBJ_FILE) only, else 0 / "": the mount the
+   * file is on (mnt_id, as /proc/PID/mountinfo's first field) and its name
+   * with its parent directory's, "dir/name" (dentry names, each cut at
+   * HT_FILE_COMPONENT_LEN - 1 bytes): enough to say which data files a
+   * loader reads when they are opened and closed per sample. */
+  __u32 mnt_id;
+  __u32 file_pad; /* explicit padding, always 0 */
+  char file[HT_FILE_NAME_LEN];
 };
 
 /* ht_shm_event.op */

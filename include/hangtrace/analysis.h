@@ -21,6 +21,7 @@
 #include "hangtrace/finding_kinds.h"
 #include "hangtrace/live.h"
 #include "hangtrace/model.h"
+#include "hangtrace/profile.h"
 #include "hangtrace/syscalls.h"
 
 namespace hangtrace {
@@ -184,6 +185,13 @@ struct AnalysisOptions {
   unsigned gpu_idle_util_pct = 5;     // NVML utilization at or under this is an idle GPU
   double gpu_idle_quiet_s = 2.0;      // no kernel / copy / launch for this long is an idle GPU
   double gpu_idle_recent_s = 5.0;     // NVML: idle is judged on the samples of the window's last seconds
+  // Slow, not frozen (rules/slow.cpp), shares of a live window's wall time:
+  double data_starved_share = 0.30;     // a main thread waiting on its DataLoader at least this much
+  double io_bound_share = 0.50;         // file I/O of the threads that feed it (or its own) at least this much
+  double lock_contention_share = 0.30;  // a thread waiting on one lock other waiters hold in turn
+  double collective_skew_share = 0.30;  // a rank's main thread in collectives on its peers
+  double gpu_idle_share = 0.50;         // NVML samples at or under gpu_idle_util_pct
+  double min_profile_window_s = 1.0;    // a shorter window makes no slow-job finding
 };
 
 struct Verdict {
@@ -221,6 +229,7 @@ struct Diagnosis {
   std::optional<ProgressStop> progress_stopped;  // for "hang" and "suspect" verdicts with a stuck set
   std::vector<int> deadlocked_tids;              // certain: no timed wait involved
   std::vector<int> probably_deadlocked_tids;     // only with timed retry loops counted
+  StallProfile profile;                          // live windows: where the main threads' time went
 };
 
 // `live` (optional) adds what was observed while tracing: deaths and their

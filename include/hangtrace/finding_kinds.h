@@ -55,7 +55,17 @@ const char* severity_name(Severity s);
   X(MemoryGrowth, "memory-growth", Warning, 40,                                                             \
     "(live) a process's resident memory grew fast during the window (critical for the main process)")       \
   X(GpuStarved, "gpu-starved", Warning, 45,                                                                 \
-    "the GPU is idle while the host thread that feeds it is blocked (critical when it can never move on)")
+    "the GPU is idle while the host thread that feeds it is blocked (critical when it can never move on)")  \
+  X(IoBound, "io-bound", Warning, 50,                                                                       \
+    "(live) slow: the main thread's critical path is dominated by file reads or writes (mount, latency)")   \
+  X(LockContention, "lock-contention", Warning, 51,                                                         \
+    "(live) slow: threads of the job queue on one lock, taking turns holding it, for a large share")        \
+  X(CollectiveSkew, "collective-skew", Warning, 52,                                                         \
+    "(live) slow: a rank's main thread waits in collectives on its peers for a large share of the window")  \
+  X(GpuIdle, "gpu-idle", Warning, 53,                                                                       \
+    "(live) slow: the job's GPU is idle for a large share of the window, with the host cause from the path") \
+  X(DataStarved, "data-starved", Warning, 54,                                                               \
+    "(live) slow: the main thread waits on its DataLoader for more than a threshold share of the window")
 
 enum class FindingKind {
 #define HANGTRACE_FINDING_KIND_ENUMERATOR(id, name, severity, priority, doc) id,

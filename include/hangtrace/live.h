@@ -42,6 +42,8 @@ struct TraceEvent {
   uint32_t op = 0;
   int64_t ret = 0;
   uint64_t duration_ns = 0, timeout_ns = 0;
+  uint32_t mnt_id = 0;  // syscall on a regular file: its mount, and "dir/name"
+  std::string file;
   // Stack ids in the kernel's stack map (< 0: none); for a wakeup, the waker's.
   int32_t kstack_id = -1, ustack_id = -1;
   int64_t nr = -1;
@@ -134,16 +136,20 @@ struct ThreadTimes {
 // `LiveObservation::blocked` keeps.
 struct WaitTotal {
   uint32_t type = 0;  // HT_EV_FUTEX_WAIT or HT_EV_SYSCALL_BLOCK
+  int pid = 0;        // the waiter's process
   int64_t nr = -1;    // syscall (HT_NR_*); futex waits: HT_NR_futex
   uint32_t obj_kind = 0;  // ht_obj_kind of the fd (syscalls)
-  uint64_t object = 0;    // futex: uaddr; syscall: the fd's inode (0: none)
+  // futex: uaddr; syscall: the fd's inode (0: none); files: one total per
+  // mount and directory (a loader opens a new file per sample), so a hash of
+  // mnt_id and the directory's name.
+  uint64_t object = 0;
   int fd = -1;            // the last call's fd
   int waker_pid = 0, waker_tid = 0;  // 0: no wakeup seen (timed out, a signal, or not sampled)
   std::string waker_comm;
-  bool timed_out = false;  // ended by its timeout (-ETIMEDOUT, or poll/select/epoll returned 0)
+  bool timed_out = false;  // ended by its timeout (-ETIMEDOUT, poll/select/epoll returned 0, a sleep)
   // Files (obj_kind HT_OBJ_FILE): where the file lives, from the record.
   uint32_t mnt_id = 0;
-  std::string file;         // the file's name as the record carries it ("dir/name"), "" when unknown
+  std::vector<std::string> files;  // names as the records carry them ("dir/name"), a few examples
   int32_t ustack_id = -1;   // one call's user stack (key of user_stacks with the thread's pid)
   int32_t kstack_id = -1;   // one call's kernel stack
   uint64_t count = 0, sum_ns = 0;
@@ -200,6 +206,9 @@ struct LiveObservation {
   std::map<int, ThreadTimes> thread_times;           // by tid
   std::map<int, std::vector<WaitTotal>> wait_totals;  // by tid, at most kMaxWaitTotalsPerThread each
   uint64_t wait_totals_dropped = 0;                   // waits not summed: a thread or key past the bounds
+  // The mounts file waits went to, by (pid, mnt_id), from the process's
+  // mountinfo when the window closed.
+  std::map<std::pair<int, uint32_t>, MountEntry> file_mounts;
   CpuSamples cpu_samples;
 };
 
@@ -250,6 +259,28 @@ class Aggregator {
     size_t next = 0;                 // the oldest once full
   };
   void add_blocked(const RawInterval& b, int tid);
+ public:
+  // One streamed wait into LiveObservation::wait_totals (live_wait_totals.cpp).
+  struct WaitRecord {
+    uint32_t type;
+    int tgid, tid;
+    uint64_t start_ns, end_ns;
+    int64_t nr;
+    int fd;
+    uint32_t obj_kind;
+    uint64_t object;  // uaddr or inode
+    int64_t ret;
+    uint32_t mnt_id;
+    std::string_view file;
+    int32_t kstack_id, ustack_id;
+  };
+  // Waits that began before the window are counted from its start.
+  void set_window_start(uint64_t ns) { window_start_ns_ = ns; }
+
+ private:
+  void add_wait_total(const WaitRecord& w);
+  uint64_t window_start_ns_ = 0;  // waits that began before it are counted from it
+  size_t wait_total_entries_ = 0;
   void flush_blocked();
   size_t per_thread_, max_list_;
   LiveObservation obs_;

@@ -207,6 +207,11 @@ Result<ProcIo> parse_io(std::string_view text);
 // ---- /proc/PID/task/TID/schedstat -------------------------------------------
 // The first field: nanoseconds spent on a CPU.
 Result<uint64_t> parse_schedstat(std::string_view text);
+// All three: on a CPU, waiting on a runqueue for one (ns), timeslices run.
+struct Schedstat {
+  uint64_t run_ns = 0, run_delay_ns = 0, timeslices = 0;
+};
+Result<Schedstat> parse_schedstat_fields(std::string_view text);
 
 // ---- /proc/PID/cmdline ------------------------------------------------------
 // NUL separators become spaces; the trailing NUL goes.
@@ -287,6 +292,7 @@ class ProcFs {
   Result<SyscallState> thread_syscall(int pid, int tid, int* err = nullptr) const;
   Result<ProcIo> thread_io(int pid, int tid, int* err = nullptr) const;
   Result<uint64_t> thread_schedstat(int pid, int tid, int* err = nullptr) const;
+  Result<procfs::Schedstat> thread_schedstat_fields(int pid, int tid, int* err = nullptr) const;
   Result<std::string> cmdline(int pid, int* err = nullptr) const;  // parse_cmdline'd, at most 1 MiB
   Result<std::string> environ(int pid, int* err = nullptr) const;  // raw "K=V\0..." bytes, at most 4 MiB
   Result<std::string> comm(int pid, int* err = nullptr) const;

@@ -10,11 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "hangtrace/live.h"
 #include "hangtrace/model.h"
+#include "hangtrace/procfs.h"
 
 namespace hangtrace {
 
@@ -101,15 +104,39 @@ struct PathStep {
   std::vector<PathStep> next;    // bounded: kMaxPathDepth, kMaxPathFanout
 };
 
+// One lock the job's threads queued on in the window: its waiters and how
+// long each waited on it, and the threads whose release ended those waits.
+struct LockQueue {
+  int pid = 0;
+  uint64_t address = 0;
+  std::string what;  // "futex 0x7f..40", "the GIL of 212"
+  std::vector<std::pair<int, uint64_t>> waiters;  // (tid, ns waited), biggest first
+  std::vector<std::pair<int, uint64_t>> holders;  // (tid, ns of others' waits its release ended), biggest first
+  uint64_t waits = 0;                             // wait calls
+};
+
 struct StallProfile {
   uint64_t window_ns = 0;
+  uint64_t start_ns = 0, end_ns = 0;  // CLOCK_MONOTONIC
   std::vector<ThreadProfile> mains;  // the main thread of the target and of each rank
   std::vector<PathStep> paths;       // one per main thread (depth 0), same order
+  std::vector<LockQueue> locks;      // futexes waited on by 2+ threads, most waited first (at most 8)
+  // The whole profile of any thread of the job (for a rule that needs one
+  // off the path: what a lock's holders do).
+  std::map<int, ThreadProfile> threads;
   bool empty() const { return mains.empty(); }
 };
 
 inline constexpr int kMaxPathDepth = 3;
 inline constexpr size_t kMaxPathFanout = 4;
+
+inline constexpr size_t kMaxThreadTimes = 16384;
+
+// Reads the schedstat of every thread of `tgids` into `times` (the window's
+// differences so far); `first` keeps each thread's first reading. A thread
+// first seen after the window opened counts from zero (it was born in it).
+void read_thread_times(const procfs::ProcFs& proc, const std::set<int>& tgids, uint64_t now_ns, bool window_start,
+                       std::map<int, ThreadTimes>& times, std::map<int, procfs::Schedstat>& first);
 
 // The profile of a live window over the snapshot taken at its end (roles,
 // fds, mounts, Python stacks); empty when the window has no per-thread times.

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "hangtrace/kallsyms.h"
+#include "hangtrace/profile.h"
 
 #include <time.h>
 
@@ -34,12 +35,33 @@ Result<std::unique_ptr<LiveSession>> LiveSession::start(const std::vector<int>& 
   std::unique_ptr<LiveSession> s(new LiveSession());
   s->tracer_ = std::move(*tracer);
   s->start_ns_ = s->now_ns();
+  s->aggregator_.set_window_start(s->start_ns_);
   // Device counters while tracing; without the NVIDIA driver this is one
   // status line in the report.
   s->nvml_ = NvmlSampler::open();
   s->nvml_->start();
   for (int pid : tgids) s->trace(pid);
+  s->sample_thread_times(true);
   return s;
+}
+
+void LiveSession::read_file_mounts(LiveObservation& o) const {
+  std::map<int, std::set<uint32_t>> wanted;
+  for (const auto& [tid, totals] : o.wait_totals)
+    for (const auto& t : totals)
+      if (t.mnt_id) wanted[t.pid].insert(t.mnt_id);
+  procfs::ProcFs proc;
+  for (const auto& [pid, ids] : wanted) {
+    auto table = proc.mountinfo(pid);
+    if (!table) continue;
+    for (const auto& m : table->mounts)
+      if (ids.count(static_cast<uint32_t>(m.mount_id))) o.file_mounts[{pid, static_cast<uint32_t>(m.mount_id)}] = m;
+  }
+}
+
+void LiveSession::sample_thread_times(bool window_start) {
+  last_times_ns_ = now_ns();
+  read_thread_times(procfs::ProcFs(), traced_, last_times_ns_, window_start, thread_times_, first_schedstat_);
 }
 
 std::vector<GpuThreadState> LiveSession::gpu_threads() const {
@@ -151,6 +173,8 @@ void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic
   while (!interrupted.load() && !stop()) {
     int n = tracer_->poll(100, sink);
     sample_shm();
+    // A thread that dies in the window keeps the CPU time of its last reading.
+    if (now_ns() - last_times_ns_ >= 1'000'000'000ull) sample_thread_times(false);
     // The ring buffer reads as ready as soon as it holds one record (the
     // kernel's wakeup threshold spares only a consumer already asleep), so
     // under a steady stream epoll returns at once with a handful of records
@@ -169,8 +193,11 @@ void LiveSession::run_until(const std::function<bool()>& stop, const std::atomic
 }
 
 LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
+  sample_thread_times(false);
   LiveObservation o = aggregator_.finish(start_ns_, now_ns(), tracer_->counter(HT_CNT_EVENTS),
                                          tracer_->counter(HT_CNT_DROPPED));
+  o.thread_times = thread_times_;
+  read_file_mounts(o);
   o.undecodable = undecodable_;
   o.stacks_lost = tracer_->counter(HT_CNT_STACKS_LOST);
   tracer_->contribute(o);
@@ -198,6 +225,11 @@ void LiveSession::resolve_stacks(LiveObservation& o, const UserSymbolizer& symbo
     if (e.ustack_id >= 0 && e.waker_tid > 0) user_ids.insert({e.waker_tid, e.ustack_id});
   };
   for (const auto& [wakee, e] : o.last_waker) add_waker(e);
+  for (const auto& [tid, totals] : o.wait_totals)
+    for (const auto& t : totals) {
+      if (t.kstack_id >= 0) kernel_ids.insert(t.kstack_id);
+      if (t.ustack_id >= 0) user_ids.insert({tid, t.ustack_id});
+    }
   for (const auto& [wakee, q] : o.recent_wakeups)
     for (const auto& e : q) add_waker(e);
   if (!kernel_ids.empty()) {

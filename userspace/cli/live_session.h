@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hangtrace/live.h"
+#include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
 #include "live_tracer.h"
 #include "nvml_sampler.h"
@@ -58,6 +59,13 @@ class LiveSession {
   };
   std::map<uint64_t, std::deque<ShmSample>> shm_samples_;  // mount ns -> recent samples
   std::map<uint64_t, int> shm_sampler_pid_;                // mount ns -> a live process in it
+  // Each traced thread's schedstat: the stall profile's time on CPU.
+  void sample_thread_times(bool window_start);
+  // The mounts the window's file waits went to (mountinfo of their processes).
+  void read_file_mounts(LiveObservation& o) const;
+  std::map<int, ThreadTimes> thread_times_;
+  std::map<int, procfs::Schedstat> first_schedstat_;
+  uint64_t last_times_ns_ = 0;
   std::unique_ptr<LiveTracer> tracer_;
   std::unique_ptr<NvmlSampler> nvml_;
   Aggregator aggregator_;

@@ -34,7 +34,7 @@ static_assert(offsetof(ht_futex_event, timeout_ns) == 64);
 static_assert(offsetof(ht_futex_event, kstack_id) == 72);
 static_assert(offsetof(ht_futex_event, ustack_id) == 76);
 
-static_assert(sizeof(ht_syscall_event) == 112);
+static_assert(sizeof(ht_syscall_event) == 216);
 static_assert(offsetof(ht_syscall_event, nr) == 40);
 static_assert(offsetof(ht_syscall_event, ret) == 48);
 static_assert(offsetof(ht_syscall_event, duration_ns) == 56);
@@ -44,6 +44,8 @@ static_assert(offsetof(ht_syscall_event, obj_inode) == 72);
 static_assert(offsetof(ht_syscall_event, args) == 80);
 static_assert(offsetof(ht_syscall_event, kstack_id) == 104);
 static_assert(offsetof(ht_syscall_event, ustack_id) == 108);
+static_assert(offsetof(ht_syscall_event, mnt_id) == 112);
+static_assert(offsetof(ht_syscall_event, file) == 120);
 
 static_assert(sizeof(ht_hist_key) == 8);
 static_assert(sizeof(ht_hist_value) == (HT_HIST_BUCKETS + 1) * 8);

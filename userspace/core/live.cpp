@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/syscall_nr.h"
 #include "hangtrace/syscalls.h"
 
 namespace hangtrace {
@@ -172,6 +173,10 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.obj_inode = r.obj_inode;
       e.kstack_id = r.kstack_id;
       e.ustack_id = r.ustack_id;
+      if (r.obj_kind == HT_OBJ_FILE) {
+        e.mnt_id = r.mnt_id;
+        e.file = std::string(r.file, strnlen(r.file, sizeof r.file));
+      }
       break;
     }
     case HT_EV_SHM: {
@@ -382,16 +387,20 @@ void Aggregator::add(const TraceEvent& e) {
       ++s.samples;
       break;
     }
-    case HT_EV_FUTEX_WAIT:
-      add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns, e.uaddr, -1, e.type,
-                   e.kstack_id, e.ustack_id},
-                  e.tid);
+    case HT_EV_FUTEX_WAIT: {
+      uint64_t start = e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0;
+      add_blocked({start, e.ts_ns, e.uaddr, -1, e.type, e.kstack_id, e.ustack_id}, e.tid);
+      add_wait_total({e.type, e.tgid, e.tid, start, e.ts_ns, HT_NR_futex, -1, HT_OBJ_UNKNOWN, e.uaddr, e.ret, 0,
+                      {}, e.kstack_id, e.ustack_id});
       break;
-    case HT_EV_SYSCALL_BLOCK:
-      add_blocked({e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0, e.ts_ns,
-                   static_cast<uint64_t>(e.nr), e.fd, e.type, e.kstack_id, e.ustack_id},
-                  e.tid);
+    }
+    case HT_EV_SYSCALL_BLOCK: {
+      uint64_t start = e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0;
+      add_blocked({start, e.ts_ns, static_cast<uint64_t>(e.nr), e.fd, e.type, e.kstack_id, e.ustack_id}, e.tid);
+      add_wait_total({e.type, e.tgid, e.tid, start, e.ts_ns, e.nr, e.fd, e.obj_kind, e.obj_inode, e.ret, e.mnt_id,
+                      e.file, e.kstack_id, e.ustack_id});
       break;
+    }
     case HT_EV_WAKEUP: {
       obs_.last_waker[e.tid] = e;
       auto& q = obs_.recent_wakeups[e.tid];
@@ -456,18 +465,24 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
       if (h.size > size || size < sizeof r) return Raw::Undecodable;
       if (h.type == HT_EV_FUTEX_WAKE) return Raw::Added;  // counted in the kernel, nothing kept
       std::memcpy(&r, data, sizeof r);
-      add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns, r.uaddr, -1, h.type,
-                   r.kstack_id, r.ustack_id},
-                  static_cast<int>(h.tid));
+      uint64_t start = h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0;
+      add_blocked({start, h.ts_ns, r.uaddr, -1, h.type, r.kstack_id, r.ustack_id}, static_cast<int>(h.tid));
+      add_wait_total({h.type, static_cast<int>(h.tgid), static_cast<int>(h.tid), start, h.ts_ns, HT_NR_futex, -1,
+                      HT_OBJ_UNKNOWN, r.uaddr, r.ret, 0, {}, r.kstack_id, r.ustack_id});
       return Raw::Added;
     }
     case HT_EV_SYSCALL_BLOCK: {
       ht_syscall_event r;
       if (h.size > size || size < sizeof r) return Raw::Undecodable;
       std::memcpy(&r, data, sizeof r);
-      add_blocked({h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0, h.ts_ns,
-                   static_cast<uint64_t>(r.nr), r.fd, h.type, r.kstack_id, r.ustack_id},
+      uint64_t start = h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0;
+      add_blocked({start, h.ts_ns, static_cast<uint64_t>(r.nr), r.fd, h.type, r.kstack_id, r.ustack_id},
                   static_cast<int>(h.tid));
+      add_wait_total({h.type, static_cast<int>(h.tgid), static_cast<int>(h.tid), start, h.ts_ns, r.nr, r.fd,
+                      r.obj_kind, r.obj_inode, r.ret, r.mnt_id,
+                      r.obj_kind == HT_OBJ_FILE ? std::string_view(r.file, strnlen(r.file, sizeof r.file))
+                                                : std::string_view{},
+                      r.kstack_id, r.ustack_id});
       return Raw::Added;
     }
     default:

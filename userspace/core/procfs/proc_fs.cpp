@@ -74,6 +74,9 @@ Result<ProcIo> ProcFs::thread_io(int pid, int tid, int* err) const {
 Result<uint64_t> ProcFs::thread_schedstat(int pid, int tid, int* err) const {
   return read_and_parse<uint64_t>(task_path(pid, tid) + "/schedstat", err, parse_schedstat);
 }
+Result<Schedstat> ProcFs::thread_schedstat_fields(int pid, int tid, int* err) const {
+  return read_and_parse<Schedstat>(task_path(pid, tid) + "/schedstat", err, parse_schedstat_fields);
+}
 Result<std::string> ProcFs::cmdline(int pid, int* err) const {
   auto text = read_text_file(pid_path(pid) + "/cmdline", err, kMaxCmdlineBytes);
   if (!text) return make_error(text.error());

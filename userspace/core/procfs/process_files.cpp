@@ -185,13 +185,20 @@ Result<ProcIo> parse_io(std::string_view text) {
   return io;
 }
 
-Result<uint64_t> parse_schedstat(std::string_view text) {
+Result<Schedstat> parse_schedstat_fields(std::string_view text) {
   auto tokens = split_whitespace(text);
   // "run_ns wait_ns timeslices"; a line with fewer is truncated.
   if (tokens.size() < 3) return parse_error("schedstat", fmt::format("'{}'", excerpt(text)));
-  auto v = parse_u64(tokens[0]);
-  if (!v) return parse_error("schedstat", fmt::format("bad run time '{}'", tokens[0]));
-  return *v;
+  auto run = parse_u64(tokens[0]), delay = parse_u64(tokens[1]), slices = parse_u64(tokens[2]);
+  if (!run) return parse_error("schedstat", fmt::format("bad run time '{}'", tokens[0]));
+  if (!delay || !slices) return parse_error("schedstat", fmt::format("'{}'", excerpt(text)));
+  return Schedstat{*run, *delay, *slices};
+}
+
+Result<uint64_t> parse_schedstat(std::string_view text) {
+  auto s = parse_schedstat_fields(text);
+  if (!s) return make_error(s.error());
+  return s->run_ns;
 }
 
 std::string parse_cmdline(std::string_view text) {

@@ -221,6 +221,7 @@ nlohmann::json report_head(const Snapshot& snap, const Diagnosis& d, const LiveO
   j["probably_deadlocked_tids"] = d.probably_deadlocked_tids;
   j["live"] = live_json(live);
   if (live) j["live"]["timelines"] = report::timelines_json(snap, d, *live);
+  if (live) j["profile"] = report::profile_json(d.profile);
   j["limitations"] = snap.limitations;
   return j;
 }

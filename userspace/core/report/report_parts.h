@@ -5,6 +5,7 @@
 //   timelines.cpp    per-thread timelines of a live window (text and JSON)
 //   gpu_section.cpp  the GPU side of a live window (text and JSON)
 //   job_section.cpp  the job: launcher, ranks, named pids, container (text and JSON)
+//   profile_section.cpp  where a live window's time went: the stall profile (text and JSON)
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,10 @@ nlohmann::json timelines_json(const Snapshot& snap, const Diagnosis& d, const Li
 // Nothing when the job loaded no CUDA and, below -v, no GPU library was probed.
 void render_gpu(const LiveObservation& live, int verbosity, const LineSink& line);
 nlohmann::json gpu_json(const LiveObservation& live);
+
+// The stall profile of a live window (profile_section.cpp); nothing when empty.
+void render_profile(const StallProfile& p, int verbosity, const LineSink& line);
+nlohmann::json profile_json(const StallProfile& p);
 
 // Nothing when the job is one process tree with nothing to say about it.
 void render_job(const Snapshot& snap, const LineSink& line);

@@ -223,6 +223,7 @@ void render_live(const Snapshot& snap, const Diagnosis& d, const LiveObservation
     if (dth.signal == 0 && !dth.oom_victim)
       line(fmt::format("  exit: {} ({}) status {}", dth.pid, dth.comm, WEXITSTATUS(dth.exit_code)));
   }
+  report::render_profile(d.profile, verbosity, line);
   report::render_timelines(snap, d, live, line);
   report::render_gpu(live, verbosity, line);
   if (verbosity > 0) {

@@ -39,6 +39,7 @@ struct RuleContext {
   Knot knot;
   // The findings made so far, in the order of the rule list (diagnose.cpp).
   std::vector<Finding> findings;
+  const StallProfile* profile = nullptr;  // live windows: the stall profile (rules/slow.cpp)
 
   // ---- lookups ------------------------------------------------------------------
   const ThreadWait* wait_of(int tid) const;

@@ -22,6 +22,7 @@ constexpr Rule kHostRules[] = {
     rules::shm_exhausted_findings,   // shm-exhausted
     rules::process_killed_findings,  // process-killed (live)
     rules::memory_growth_findings,   // memory-growth (live)
+    rules::slow_job_findings,        // data-starved, io-bound, lock-contention, collective-skew, gpu-idle (live)
 };
 
 // The rules that pair the GPU side with the host: they point into the host
@@ -40,7 +41,9 @@ void append(std::vector<Finding>& to, std::vector<Finding> from) {
 Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options, const LiveObservation* live) {
   Diagnosis d;
   d.graph = build_wait_graph(snapshot);
+  if (live) d.profile = build_stall_profile(snapshot, *live);
   rules::RuleContext ctx{snapshot, options, live, d.graph, rules::find_knot(d.graph), {}};
+  ctx.profile = &d.profile;
   d.deadlocked_tids.assign(ctx.knot.strict.begin(), ctx.knot.strict.end());
   for (int t : ctx.knot.lenient)
     if (!ctx.knot.strict.count(t)) d.probably_deadlocked_tids.push_back(t);

@@ -51,6 +51,11 @@ std::vector<Finding> shm_exhausted_findings(const RuleContext& ctx);
 std::vector<Finding> process_killed_findings(const RuleContext& ctx);
 std::vector<Finding> memory_growth_findings(const RuleContext& ctx);
 
+// slow.cpp (live): slow, not frozen -- data-starved, io-bound,
+// lock-contention, collective-skew, gpu-idle, from the stall profile.
+std::vector<Finding> slow_job_findings(const RuleContext& ctx);
+bool is_slow_job_kind(FindingKind k);
+
 // collective.cpp: collective-wait. gpu.cpp: gpu-wait, gpu-starved. Both
 // point into the host findings already in `ctx.findings`.
 std::vector<Finding> collective_wait_findings(const RuleContext& ctx);

@@ -36,7 +36,13 @@ Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vec
     return v;
   }
   const Finding& top = findings.front();
-  if (top.severity != Severity::Critical) {
+  if (top.severity != Severity::Critical && is_slow_job_kind(top.kind)) {
+    v.status = "slow";
+    const double share = top.details.contains("share") && top.details["share"].is_number()
+                             ? top.details["share"].get<double>()
+                             : 0.0;
+    v.summary = fmt::format("slow: {} ({:.0f}%): {}", finding_kind_name(top.kind), share * 100.0, top.summary);
+  } else if (top.severity != Severity::Critical) {
     v.status = "suspect";
     v.summary = fmt::format("no hang proven, but: {}", top.summary);
   } else if (top.kind == FindingKind::ProcessKilled) {
