@@ -11,16 +11,15 @@ served by the daemon), and exit 2. The mount lives under a temporary
 directory and is lazily unmounted, and the daemon killed, however the test
 ends.
 """
-import ctypes
 import os
 import shutil
 import tempfile
 import time
 import unittest
 
-from scenario_support import (ScenarioTestCase, parse_marker, proc_state, requires_bpf_and_torch, wait_for)
+from scenario_support import (ScenarioTestCase, mounted, parse_marker, proc_state, requires_bpf_and_torch,
+                              umount_lazy, wait_for)
 
-MNT_DETACH = 2
 STALL_AFTER_S = 2.0
 
 
@@ -30,16 +29,6 @@ def syscall_nr(pid):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def umount_lazy(path):
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.umount2(path.encode(), MNT_DETACH)
-
-
-def mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f if len(line.split()) > 4)
 
 
 @unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")

@@ -43,9 +43,9 @@ def reply(fd, unique, payload=b"", error=0):
     os.write(fd, OUT_HEADER.pack(OUT_HEADER.size + len(payload), -error, unique) + payload)
 
 
-def main():
-    mountpoint = sys.argv[1]
-    name = sys.argv[2] if len(sys.argv) > 2 else "datasetfs"
+def fuse_mount(mountpoint, name):
+    """Opens /dev/fuse and mounts it on mountpoint (fstype fuse.NAME, source
+    NAME); returns the descriptor. Exits when mount(2) fails."""
     fd = os.open("/dev/fuse", os.O_RDWR)
     libc = ctypes.CDLL(None, use_errno=True)
     opts = "fd=%d,rootmode=40000,user_id=0,group_id=0" % fd
@@ -53,6 +53,12 @@ def main():
                   opts.encode()) != 0:
         e = ctypes.get_errno()
         sys.exit("mount: %s" % os.strerror(e))
+    return fd
+
+
+def requests(fd):
+    """Yields (opcode, unique, node, pid, body) for each request read from
+    /dev/fuse until the file system is unmounted and aborted."""
     while True:
         try:
             req = os.read(fd, 1 << 20 | 4096)
@@ -63,15 +69,26 @@ def main():
                 return
             raise
         length, opcode, unique, node, _uid, _gid, pid, _ext, _pad = IN_HEADER.unpack_from(req)
-        body = req[IN_HEADER.size:length]
+        yield opcode, unique, node, pid, req[IN_HEADER.size:length]
+
+
+def reply_init(fd, unique, body):
+    """Answers INIT: no FUSE_ASYNC_READ, so a read waits in its own request."""
+    major, minor, readahead, _flags = struct.unpack_from("<IIII", body)
+    # major minor max_readahead flags max_background congestion max_write time_gran
+    # max_pages map_alignment flags2 max_stack_depth unused[6]
+    out = struct.pack("<IIIIHHIIHHII24x", 7, min(minor, 31), readahead, 0, 16, 12, 128 * 1024, 1, 32,
+                      0, 0, 0)
+    reply(fd, unique, out)
+
+
+def main():
+    mountpoint = sys.argv[1]
+    name = sys.argv[2] if len(sys.argv) > 2 else "datasetfs"
+    fd = fuse_mount(mountpoint, name)
+    for opcode, unique, node, pid, body in requests(fd):
         if opcode == FUSE_INIT:
-            major, minor, readahead, _flags = struct.unpack_from("<IIII", body)
-            # major minor max_readahead flags max_background congestion max_write time_gran
-            # max_pages map_alignment flags2 max_stack_depth unused[6]: no FUSE_ASYNC_READ,
-            # so a read waits in its own request.
-            out = struct.pack("<IIIIHHIIHHII24x", 7, min(minor, 31), readahead, 0, 16, 12, 128 * 1024, 1, 32,
-                              0, 0, 0)
-            reply(fd, unique, out)
+            reply_init(fd, unique, body)
             print("MOUNTED pid=%d mount=%s" % (os.getpid(), mountpoint), flush=True)
         elif opcode == FUSE_LOOKUP:
             if node == ROOT and body.rstrip(b"\0") == FILE_NAME:

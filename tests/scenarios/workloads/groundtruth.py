@@ -1,0 +1,113 @@
+"""The ground truth of the slow-job workloads (issue 18): what each thread of
+the job really spent its time on, measured by the job itself.
+
+A workload opens one TruthLog on the file named on its command line before
+it forks its DataLoader workers (they inherit the descriptor, opened
+O_APPEND: each record is one write(2), whole) and writes one JSON line per
+interval:
+
+    {"kind": "wait", "pid": P, "tid": T, "start_ns": A, "end_ns": B, ...}
+
+start_ns/end_ns are time.monotonic_ns() -- CLOCK_MONOTONIC, the clock of
+hangtrace's live events. Kinds:
+    wait     the main thread in next(iterator), waiting for its batch
+    compute  the main thread's step compute
+    io       a worker's I/O part of __getitem__ (open, read, close)
+    cpu      a worker's CPU part of __getitem__; "cpu_ns" is the thread's
+             CPU time over it (time.thread_time_ns()), without run-queue delay
+    acquire  a thread waiting to acquire the contended lock
+    hold     a thread holding it
+Other fields are informative ("read_ns": the read(2) call alone).
+
+train() is the loop of the DataLoader workloads: it prints
+"READY main=<pid> workers=<a>,<b>" once the loader is in its steady state
+and runs until --seconds pass (or it is killed).
+"""
+import argparse
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+
+class TruthLog:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+
+    def record(self, kind, start_ns, end_ns, **extra):
+        rec = {"kind": kind, "pid": os.getpid(), "tid": threading.get_native_id(),
+               "start_ns": start_ns, "end_ns": end_ns}
+        rec.update(extra)
+        os.write(self.fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
+
+    @contextmanager
+    def span(self, kind, cpu=False, **extra):
+        """Logs the body's wall interval as `kind` (with its thread CPU time
+        as cpu_ns when cpu=True)."""
+        cpu0 = time.thread_time_ns() if cpu else 0
+        start = time.monotonic_ns()
+        yield extra
+        end = time.monotonic_ns()
+        if cpu:
+            extra["cpu_ns"] = time.thread_time_ns() - cpu0
+        self.record(kind, start, end, **extra)
+
+
+def job_args(description, positionals=(), **defaults):
+    """The common command line: LOG, the workload's `positionals`, any tag
+    words (ignored: `pgrep -f TAG` finds the job by them), --seconds,
+    --batch-size, --compute-ms, --ready-after and the workload's own options
+    (`defaults`: name=default value)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("log", help="where the ground truth goes (JSON lines)")
+    for name in positionals:
+        ap.add_argument(name)
+    ap.add_argument("tags", nargs="*", help="ignored; for pgrep -f")
+    ap.add_argument("--seconds", type=float, default=defaults.pop("seconds", 60.0))
+    ap.add_argument("--batch-size", type=int, default=defaults.pop("batch_size", 4))
+    ap.add_argument("--compute-ms", type=float, default=defaults.pop("compute_ms", 5.0))
+    ap.add_argument("--ready-after", type=int, default=defaults.pop("ready_after", 10),
+                    help="steps before READY (past the workers' start)")
+    for name, value in defaults.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    return ap.parse_args()
+
+
+def busy(ms, x=None):
+    """ms of wall time of the main thread's "step": small tensor ops until the
+    deadline (a fixed wall time whatever else runs on the machine)."""
+    import torch
+    x = torch.ones(32, 32) if x is None else x
+    deadline = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < deadline:
+        x = torch.tanh(x @ x.T / 32.0)
+    return x
+
+
+def train(dataset, args, log, num_workers=2, **loader_kw):
+    """The training loop: each step waits for its batch (logged "wait") and
+    computes for args.compute_ms (logged "compute")."""
+    import torch
+    from torch.utils.data import DataLoader
+    torch.set_num_threads(1)
+    loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=num_workers,
+                        multiprocessing_context="fork", persistent_workers=True, **loader_kw)
+    batches = iter(loader)
+    end = time.monotonic() + args.seconds
+    step = 0
+    state = torch.ones(32, 32)
+    while time.monotonic() < end:
+        t0 = time.monotonic_ns()
+        batch = next(batches)
+        t1 = time.monotonic_ns()
+        log.record("wait", t0, t1, step=step)
+        state = busy(args.compute_ms, state)
+        log.record("compute", t1, time.monotonic_ns(), step=step, items=len(batch[0]))
+        step += 1
+        if step == args.ready_after:
+            workers = ",".join(str(w.pid) for w in batches._workers)
+            print("READY main=%d workers=%s" % (os.getpid(), workers), flush=True)
+        if step % 100 == 0:
+            print("STEP %d" % step, flush=True)
+    print("DONE steps=%d" % step, flush=True)
