@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -528,6 +529,42 @@ class ScenarioTestCase(unittest.TestCase):
         return f["details"]
 
 
+class FuseMountMixin:
+    """For a ScenarioTestCase: self.mnt, an empty directory in a temporary
+    one for a FUSE daemon (a workload, self.start_fuse(...)) to mount on.
+    However the test ends, the mount is lazily detached and the daemon killed
+    before the other workloads, then the directory removed."""
+
+    def setUp(self):
+        super().setUp()
+        self.server = None
+        top = tempfile.mkdtemp(prefix="hangtrace-fuse-")
+        self.mnt = os.path.join(top, "mnt")
+        os.mkdir(self.mnt)
+        # Cleanups run after tearDown has killed the workloads: unmount, then
+        # remove the directory (the daemon is one of the workloads).
+        self.addCleanup(shutil.rmtree, top, True)
+        self.addCleanup(umount_lazy, self.mnt)
+
+    def start_fuse(self, script, *args):
+        """Starts workloads/<script> MNT ARGS; returns its MOUNTED marker."""
+        self.server = self.start(script, self.mnt, *args)
+        return parse_marker(self.server.wait_for_line("MOUNTED", timeout=60))
+
+    def tearDown(self):
+        # Detach the mount, then kill the daemon first: a request it has read
+        # holds its waiter even against SIGKILL until the connection aborts,
+        # which closing /dev/fuse does. Then the loader and its workers.
+        if mounted(self.mnt):
+            umount_lazy(self.mnt)
+        if self.server is not None:
+            self.server.kill()
+        super().tearDown()
+
+
+requires_fuse = unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")
+
+
 def killed_findings(report, pid):
     """The process-killed findings of process `pid`."""
     return [f for f in report.of_kind("process-killed") if (f.get("details") or {}).get("pid") == pid]
@@ -837,6 +874,25 @@ class SlowJobTestCase(ScenarioTestCase):
         self.assertTrue(set(workers) <= set(step.get("tids") or []),
                         "the workers' main threads are not on the path\n" + self.slow_dump(report))
         return step
+
+    def profile_loader(self, script, *args, tag=None):
+        """Starts the DataLoader workload `script` LOG ARGS (2 workers) and
+        profiles it: with `tag` (among ARGS), started from a shell and run
+        the user's way (pgrep_profile), else `--pid MAIN`. Asserts main's
+        dataloader share and the path's step via "dataloader" naming the
+        workers. Returns a namespace: job, main, workers, report, profile,
+        window, step."""
+        job, marker = self.start_job(script, *args, shell=tag is not None)
+        main, workers = marker["main"][0], marker["workers"]
+        self.assertEqual(len(workers), 2, marker)
+        if tag is None:
+            report, profile, window = self.profile_of(main)
+        else:
+            report, profile, window = self.pgrep_profile(tag, [main] + workers)
+        self.assertMainWaitShare(report, profile, window, main)
+        step = self.assertLoaderStep(report, profile, main, workers)
+        return types.SimpleNamespace(job=job, main=main, workers=workers, report=report, profile=profile,
+                                     window=window, step=step)
 
     def assertSlowFinding(self, report, kind):
         """The one `kind` finding: a warning; the job is "slow", exit 0. Returns its details."""

@@ -12,13 +12,11 @@ directory and is lazily unmounted, and the daemon killed, however the test
 ends.
 """
 import os
-import shutil
-import tempfile
 import time
 import unittest
 
-from scenario_support import (ScenarioTestCase, mounted, parse_marker, proc_state, requires_bpf_and_torch,
-                              umount_lazy, wait_for)
+from scenario_support import (FuseMountMixin, ScenarioTestCase, parse_marker, proc_state, requires_bpf_and_torch,
+                              requires_fuse, wait_for)
 
 STALL_AFTER_S = 2.0
 
@@ -31,34 +29,12 @@ def syscall_nr(pid):
         return None
 
 
-@unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")
+@requires_fuse
 @requires_bpf_and_torch
-class FuseIoStuck(ScenarioTestCase):
-    def setUp(self):
-        super().setUp()
-        self.server = None
-        self.tmp = tempfile.mkdtemp(prefix="hangtrace-fuse-")
-        self.mnt = os.path.join(self.tmp, "mnt")
-        os.mkdir(self.mnt)
-        # Cleanups run after tearDown has killed the workloads: unmount, then
-        # remove the directory (the daemon is one of the workloads).
-        self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.addCleanup(umount_lazy, self.mnt)
-
-    def tearDown(self):
-        # Detach the mount, then kill the daemon first: a request it has read
-        # holds its waiter even against SIGKILL until the connection aborts,
-        # which closing /dev/fuse does. Then the loader and its workers.
-        if mounted(self.mnt):
-            umount_lazy(self.mnt)
-        if self.server is not None:
-            self.server.kill()
-        super().tearDown()
-
+class FuseIoStuck(FuseMountMixin, ScenarioTestCase):
     def test_workers_stuck_on_a_silent_fuse_mount(self):
-        server = self.server = self.start("fuse_silent_server.py", self.mnt)
-        mark = parse_marker(server.wait_for_line("MOUNTED", timeout=60))
-        daemon = mark["pid"][0]
+        mark = self.start_fuse("fuse_silent_server.py")
+        server, daemon = self.server, mark["pid"][0]
         self.assertEqual(daemon, server.pid)
         path = os.path.join(self.mnt, "shard-3.bin")
         job = self.start("dataloader_fuse_read.py", path)

@@ -21,24 +21,18 @@ TAG = "ht-slow-decode-%d" % os.getpid()
 @requires_bpf_and_torch
 class CpuDecode(SlowJobTestCase):
     def test_workers_burn_cpu_in_decode(self):
-        job, marker = self.start_job("cpu_decode_loader.py", TAG, "--seconds", 180, shell=True)
-        main, workers = marker["main"][0], marker["workers"]
-        self.assertEqual(len(workers), 2, marker)
-        report, profile, window = self.pgrep_profile(TAG, [main] + workers)
-
-        self.assertMainWaitShare(report, profile, window, main)
-        step = self.assertLoaderStep(report, profile, main, workers)
-        measured_wall = self.measured_step_share("cpu", window, step)
-        measured_cpu = self.measured_step_share("cpu", window, step, cpu=True)
+        run = self.profile_loader("cpu_decode_loader.py", TAG, "--seconds", 180, tag=TAG)
+        measured_wall = self.measured_step_share("cpu", run.window, run.step)
+        measured_cpu = self.measured_step_share("cpu", run.window, run.step, cpu=True)
         self.assertShare("workers' on-cpu share (decode's wall share %.3f)" % measured_wall, measured_cpu,
-                         cause_share(step, "on-cpu"), report)
-        sampled = sum(t.get("cpu_samples") or 0 for t in profile.get("threads") or [])
+                         cause_share(run.step, "on-cpu"), run.report)
+        sampled = sum(t.get("cpu_samples") or 0 for t in run.profile.get("threads") or [])
         if sampled:
-            stacks = [f.get("stack") or "" for f in step.get("on_cpu_frames") or []]
+            stacks = [f.get("stack") or "" for f in run.step.get("on_cpu_frames") or []]
             self.assertTrue(any(re.search(r"\bdecode\b", s) for s in stacks),
-                            "no sampled stack of the workers in decode()\n" + self.slow_dump(report))
-        self.assertDataStarved(report, window, main, workers)
-        self.assertTrue(job.alive(), job.stderr_tail())
+                            "no sampled stack of the workers in decode()\n" + self.slow_dump(run.report))
+        self.assertDataStarved(run.report, run.window, run.main, run.workers)
+        self.assertTrue(run.job.alive(), run.job.stderr_tail())
 
 
 if __name__ == "__main__":

@@ -20,17 +20,11 @@ TAG = "ht-slow-starved-%d" % os.getpid()
 @requires_bpf_and_torch
 class DataStarved(SlowJobTestCase):
     def test_main_waits_for_a_slow_getitem(self):
-        job, marker = self.start_job("data_starved_loader.py", TAG, "--seconds", 180, shell=True)
-        main, workers = marker["main"][0], marker["workers"]
-        self.assertEqual(len(workers), 2, marker)
-        report, profile, window = self.pgrep_profile(TAG, [main] + workers)
-
-        self.assertMainWaitShare(report, profile, window, main)
-        step = self.assertLoaderStep(report, profile, main, workers)
-        self.assertShare("workers' sleep share", self.measured_step_share("io", window, step),
-                         cause_share(step, "sleep"), report)
-        self.assertDataStarved(report, window, main, workers)
-        self.assertTrue(job.alive(), job.stderr_tail())
+        run = self.profile_loader("data_starved_loader.py", TAG, "--seconds", 180, tag=TAG)
+        self.assertShare("workers' sleep share", self.measured_step_share("io", run.window, run.step),
+                         cause_share(run.step, "sleep"), run.report)
+        self.assertDataStarved(run.report, run.window, run.main, run.workers)
+        self.assertTrue(run.job.alive(), run.job.stderr_tail())
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ real decoder would. Ground truth in LOG (groundtruth.py), the "cpu" part
 with the worker's own CPU time (cpu_ns). The encoded samples live in
 LOG.samples. Prints "READY main=<pid> workers=<a>,<b>".
 """
-import os
-
 import torch
 from torch.utils.data import Dataset
 

@@ -15,14 +15,13 @@ caller unmounts (umount -l) and kills it.
 import argparse
 import errno
 import heapq
-import os
 import stat
 import struct
 import threading
 import time
 
-from fuse_silent_server import (ATTR, FUSE_DESTROY, FUSE_GETATTR, FUSE_INIT, FUSE_LOOKUP, FUSE_OPEN, FUSE_READ,
-                                NO_REPLY, ROOT, fuse_mount, reply, reply_init, requests)
+from fuse_silent_server import (ATTR, FUSE_GETATTR, FUSE_LOOKUP, FUSE_OPEN, FUSE_READ, ROOT, reply, reply_attr,
+                                reply_entry, fuse_mount, serve)
 
 FUSE_RELEASE = 18
 FOPEN_DIRECT_IO = 1 << 0
@@ -30,8 +29,8 @@ READ_IN = struct.Struct("<QQI")   # fh offset size (read_flags lock_owner flags 
 
 
 class SlowFs:
-    def __init__(self, fd, files, size):
-        self.fd, self.files, self.size = fd, files, size
+    def __init__(self, files, size):
+        self.files, self.size = files, size
 
     def node_of(self, name):
         if name.startswith(b"sample-") and name.endswith(b".bin"):
@@ -87,21 +86,18 @@ def main():
     ap.add_argument("--delay-ms", type=float, default=15.0)
     args = ap.parse_args()
     fd = fuse_mount(args.mountpoint, args.name)
-    fs = SlowFs(fd, args.files, args.size)
-    delayed = Delayed(fd)
+    fs, delayed = SlowFs(args.files, args.size), Delayed(fd)
     delayed.start()
-    for opcode, unique, node, _pid, body in requests(fd):
-        if opcode == FUSE_INIT:
-            reply_init(fd, unique, body)
-            print("MOUNTED pid=%d mount=%s" % (os.getpid(), args.mountpoint), flush=True)
-        elif opcode == FUSE_LOOKUP:
+
+    def handle(fd, opcode, unique, node, _pid, body):
+        if opcode == FUSE_LOOKUP:
             child = fs.node_of(body.rstrip(b"\0")) if node == ROOT else None
             if child:
-                reply(fd, unique, struct.pack("<QQQQII", child, 0, 3600, 3600, 0, 0) + fs.attr(child))
+                reply_entry(fd, unique, child, fs.attr(child))
             else:
                 reply(fd, unique, error=errno.ENOENT)
         elif opcode == FUSE_GETATTR:
-            reply(fd, unique, struct.pack("<QII", 3600, 0, 0) + fs.attr(node))
+            reply_attr(fd, unique, fs.attr(node))
         elif opcode == FUSE_OPEN:
             reply(fd, unique, struct.pack("<QIi", node, FOPEN_DIRECT_IO, 0))
         elif opcode == FUSE_READ:
@@ -109,10 +105,11 @@ def main():
             delayed.later(time.monotonic() + args.delay_ms / 1000.0, unique, fs.data(node, offset, size))
         elif opcode == FUSE_RELEASE:
             reply(fd, unique)
-        elif opcode == FUSE_DESTROY:
-            return
-        elif opcode not in NO_REPLY:
-            reply(fd, unique, error=errno.ENOSYS)
+        else:
+            return False
+        return True
+
+    serve(fd, args.mountpoint, handle)
 
 
 if __name__ == "__main__":
