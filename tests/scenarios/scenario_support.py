@@ -707,10 +707,11 @@ class GroundTruth:
         return sorted({r["tid"] for r in self.records
                        if r["kind"] == kind and (pids is None or r["pid"] in pids)})
 
-    def seconds(self, kind, window, tids=None, cpu=False):
+    def seconds(self, kind, window, tids=None, part="wall"):
         """Seconds of `kind` intervals inside window (start_ns, end_ns) of
-        threads `tids` (all when None); with cpu=True their CPU time
-        (cpu_ns), prorated by the part inside the window."""
+        threads `tids` (all when None): their wall time, or the part of it
+        on a CPU ("cpu"), waiting for one ("delay") or blocked, neither
+        ("blocked"), prorated by the part of each interval inside the window."""
         lo, hi = window
         total = 0.0
         for r in self.records:
@@ -719,10 +720,15 @@ class GroundTruth:
             inside = min(r["end_ns"], hi) - max(r["start_ns"], lo)
             if inside <= 0:
                 continue
-            if cpu:
-                inside = r.get("cpu_ns", 0) * inside / max(1, r["end_ns"] - r["start_ns"])
-            total += inside
+            wall = r["end_ns"] - r["start_ns"]
+            ns = {"wall": wall, "cpu": r["cpu_ns"], "delay": r["delay_ns"],
+                  "blocked": max(0, wall - r["cpu_ns"] - r["delay_ns"])}[part]
+            total += ns * inside / max(1, wall)
         return total / 1e9
+
+    def share(self, kind, window, tids, part="wall"):
+        """seconds() over the window times the number of threads `tids`."""
+        return self.seconds(kind, window, set(tids), part) / ((window[1] - window[0]) / 1e9 * max(1, len(tids)))
 
     def calls_ms(self, kind, window, field):
         """`field` (ns) of the `kind` records that start inside window, in ms."""
@@ -851,24 +857,27 @@ class SlowJobTestCase(ScenarioTestCase):
                              "%s: measured %.3f, reported %.3f (tolerance ±%.2f)\n%s"
                              % (what, measured, reported, tolerance, self.slow_dump(report)))
 
-    def measured_step_share(self, kind, window, step, cpu=False):
+    def measured_step_share(self, kind, window, step, part="blocked"):
         """The ground truth's share of `kind` for a critical-path step: the
-        logged seconds of the step's threads over the step's time (the
-        window times its threads; a step's threads that log nothing, such as
-        a worker's queue feeder, count with their time)."""
-        tids = step.get("tids") or step.get("pids") or []
-        width = (window[1] - window[0]) / 1e9 * max(1, len(tids))
-        return self.truth.seconds(kind, window, tids=set(tids), cpu=cpu) / width
+        logged seconds (`part` of them) of the step's threads over the
+        step's time (the window times its threads; a step's threads that log
+        nothing, such as a worker's queue feeder, count with their time)."""
+        return self.truth.share(kind, window, step.get("tids") or step.get("pids") or [], part)
 
     def assertMainWaitShare(self, report, profile, window, main):
-        """main's "dataloader" share vs the time it measured in next(); returns main's profile thread."""
+        """main's "dataloader" share vs the time it was blocked in next()
+        (its wall time there less its time on a CPU or waiting for one);
+        returns main's profile thread."""
         thread = self.main_thread(report, profile, main)
-        measured = self.truth.seconds("wait", window, tids={main}) / ((window[1] - window[0]) / 1e9)
-        self.assertShare("main %d's dataloader share" % main, measured, cause_share(thread, "dataloader"), report)
+        self.assertShare("main %d's dataloader share (wall in next() %.3f, of it runnable %.3f)"
+                         % (main, self.truth.share("wait", window, [main]),
+                            self.truth.share("wait", window, [main], "delay")),
+                         self.truth.share("wait", window, [main], "blocked"), cause_share(thread, "dataloader"), report)
         return thread
 
     def assertLoaderStep(self, report, profile, main, workers):
-        """The step of main's path via "dataloader" names the workers; returns it."""
+        """The step of main's path via "dataloader" names the workers (their
+        main threads among its threads); returns it."""
         step = self.step_via(report, self.main_path(report, profile, main), "dataloader")
         self.assertEqual(sorted(step.get("pids") or []), sorted(workers), self.slow_dump(report))
         self.assertTrue(set(workers) <= set(step.get("tids") or []),
@@ -909,7 +918,7 @@ class SlowJobTestCase(ScenarioTestCase):
         """data-starved: its share vs main's measured wait, the worker pids."""
         details = self.assertSlowFinding(report, "data-starved")
         self.assertIn("data-starved", report.json["verdict"]["summary"], self.slow_dump(report))
-        measured = self.truth.seconds("wait", window, tids={main}) / ((window[1] - window[0]) / 1e9)
-        self.assertShare("data-starved share", measured, details.get("share", -1), report)
+        self.assertShare("data-starved share", self.truth.share("wait", window, [main], "blocked"),
+                         details.get("share", -1), report)
         self.assertEqual(sorted(details.get("worker_pids") or []), sorted(workers), self.slow_dump(report))
         return details

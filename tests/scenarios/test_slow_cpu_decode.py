@@ -5,7 +5,7 @@ for batches. Run as `hangtrace --pid $(pgrep -f TAG) --duration 8`, the
 profile must show, within ±10 points of what the job measured: main's
 "dataloader" share; on the critical path, the step via "dataloader" naming
 the workers and their "on-cpu" share (their own CPU time in decode, from
-time.thread_time, without the run-queue wait); with CPU samples taken, a
+their schedstat, without the run-queue wait); with CPU samples taken, a
 sampled stack of that step in decode(); a data-starved warning; verdict
 slow, exit 0.
 """
@@ -22,8 +22,8 @@ TAG = "ht-slow-decode-%d" % os.getpid()
 class CpuDecode(SlowJobTestCase):
     def test_workers_burn_cpu_in_decode(self):
         run = self.profile_loader("cpu_decode_loader.py", TAG, "--seconds", 180, tag=TAG)
-        measured_wall = self.measured_step_share("cpu", run.window, run.step)
-        measured_cpu = self.measured_step_share("cpu", run.window, run.step, cpu=True)
+        measured_wall = self.measured_step_share("cpu", run.window, run.step, "wall")
+        measured_cpu = self.measured_step_share("cpu", run.window, run.step, "cpu")
         self.assertShare("workers' on-cpu share (decode's wall share %.3f)" % measured_wall, measured_cpu,
                          cause_share(run.step, "on-cpu"), run.report)
         sampled = sum(t.get("cpu_samples") or 0 for t in run.profile.get("threads") or [])

@@ -4,7 +4,7 @@
 its batches. Run the way a user would, `hangtrace --pid $(pgrep -f TAG)
 --duration 8` (main and its workers), the profile must split main's window
 as the job measured it: its "dataloader" share within ±10 points of the
-time it spent in next(), the path through the workers that woke it naming
+time it was blocked in next(), the path through the workers that woke it naming
 them and their time in the timed wait ("sleep") as they measured it; a
 data-starved warning with that share and the workers' pids; verdict slow,
 exit 0.

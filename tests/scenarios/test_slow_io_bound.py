@@ -3,9 +3,9 @@ through a throttled FUSE mount (workloads/fuse_slow_server.py: each read(2)
 answered 15 ms later, under a temporary directory; io_bound_loader.py: 2
 workers, 5 ms of main compute a step). `hangtrace --pid MAIN --duration 8`
 must find, within ±10 points of what the job measured: main's "dataloader"
-share (its time in next()); on the critical path, the step via "dataloader"
-naming the two workers and their "storage-io" share (their time in open,
-read, close), its objects naming the mount; a data-starved warning and an
+share (its time blocked in next()); on the critical path, the step via "dataloader"
+naming the two workers and their "storage-io" share (their time blocked in
+open, read, close), its objects naming the mount; a data-starved warning and an
 io-bound warning naming the mount point, a fuse fstype, the source, files
 under the mount and a median per call near the measured one; verdict slow,
 exit 0. The mount is lazily unmounted and the daemon killed however the

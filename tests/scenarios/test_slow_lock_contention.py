@@ -3,7 +3,7 @@ queue on one threading.Lock, each holding it 10 ms in a GIL-releasing
 time.sleep and working 2 ms outside it (workloads/lock_contention.py), so
 each waits ~70% of the time to acquire it. `hangtrace --pid MAIN --duration
 8` must find, within ±10 points of what the threads measured: main's "lock"
-share (its time acquiring); on the critical path, the step via "lock" of the
+share (its time blocked acquiring); on the critical path, the step via "lock" of the
 threads that released it to main and their own "lock" share; a
 lock-contention warning naming the lock, waiters and holders among the
 contending threads, with main's share; verdict slow, exit 0.
@@ -21,11 +21,11 @@ class LockContention(SlowJobTestCase):
         self.assertEqual(len(others), 3, marker)
         contenders = set([main] + others)
         report, profile, window = self.profile_of(main)
-        seconds = (window[1] - window[0]) / 1e9
 
         thread = self.main_thread(report, profile, main)
-        measured_main = self.truth.seconds("acquire", window, tids={main}) / seconds
-        self.assertShare("main %d's lock share" % main, measured_main, cause_share(thread, "lock"), report)
+        measured_main = self.truth.share("acquire", window, [main], "blocked")
+        self.assertShare("main %d's lock share (wall acquiring %.3f)" % (main, self.truth.share("acquire", window, [main])),
+                         measured_main, cause_share(thread, "lock"), report)
 
         step = self.step_via(report, self.main_path(report, profile, main), "lock")
         tids = set(step.get("tids") or [])

@@ -25,7 +25,7 @@ class Fast(Dataset):
     def __getitem__(self, index):
         with self.log.span("io", index=index):
             time.sleep(0.0002)                 # a fetch from a warm cache
-        with self.log.span("cpu", cpu=True, index=index):
+        with self.log.span("cpu", index=index):
             g = torch.Generator().manual_seed(index)
             x = torch.randn(64, 64, generator=g)
             x = torch.tanh(x @ x.T / 64.0).mean(dim=0)

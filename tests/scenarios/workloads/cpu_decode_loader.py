@@ -7,8 +7,7 @@ reads a small encoded sample from a local file (the "io" part) and burns
 
 decode() does a fixed amount of work (N rounds of a linear congruential
 generator), not a fixed wall time: on a busy machine it takes longer, as a
-real decoder would. Ground truth in LOG (groundtruth.py), the "cpu" part
-with the worker's own CPU time (cpu_ns). The encoded samples live in
+real decoder would. Ground truth in LOG (groundtruth.py). The encoded samples live in
 LOG.samples. Prints "READY main=<pid> workers=<a>,<b>".
 """
 import torch
@@ -41,13 +40,13 @@ class Encoded(Dataset):
             with open(self.path, "rb", buffering=0) as f:
                 f.seek((index % 64) * SAMPLE)
                 encoded = f.read(SAMPLE)
-        with self.log.span("cpu", cpu=True, index=index):
+        with self.log.span("cpu", index=index):
             pixels = decode(encoded, self.rounds)
         return torch.tensor(pixels, dtype=torch.float32), index
 
 
 def main():
-    args = job_args(__doc__, batch_size=2, compute_ms=3.0, rounds=160_000)
+    args = job_args(__doc__, compute_ms=3.0, rounds=160_000)
     log = TruthLog(args.log)
     samples = args.log + ".samples"
     with open(samples, "wb") as f:

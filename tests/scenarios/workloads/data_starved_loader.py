@@ -26,7 +26,7 @@ class SlowFetch(Dataset):
     def __getitem__(self, index):
         with self.log.span("io", index=index):
             time.sleep(self.fetch_s)          # the fetch: a timed wait
-        with self.log.span("cpu", cpu=True, index=index):
+        with self.log.span("cpu", index=index):
             g = torch.Generator().manual_seed(index)
             x = torch.randn(32, 32, generator=g).mean(dim=0)
         return x, index

@@ -9,12 +9,14 @@ interval:
     {"kind": "wait", "pid": P, "tid": T, "start_ns": A, "end_ns": B, ...}
 
 start_ns/end_ns are time.monotonic_ns() -- CLOCK_MONOTONIC, the clock of
-hangtrace's live events. Kinds:
+hangtrace's live events; "cpu_ns" and "delay_ns" are the thread's time on a
+CPU (time.thread_time_ns(): schedstat's runtime lags by up to a tick while
+the thread runs) and waiting for one (run delay, schedstat's second field)
+over the interval, so wall - cpu - delay is the time it was blocked. Kinds:
     wait     the main thread in next(iterator), waiting for its batch
     compute  the main thread's step compute
     io       a worker's I/O part of __getitem__ (open, read, close)
-    cpu      a worker's CPU part of __getitem__; "cpu_ns" is the thread's
-             CPU time over it (time.thread_time_ns()), without run-queue delay
+    cpu      a worker's CPU part of __getitem__
     acquire  a thread waiting to acquire the contended lock
     hold     a thread holding it
 Other fields are informative ("read_ns": the read(2) call alone).
@@ -42,16 +44,24 @@ class TruthLog:
         os.write(self.fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
 
     @contextmanager
-    def span(self, kind, cpu=False, **extra):
-        """Logs the body's wall interval as `kind` (with its thread CPU time
-        as cpu_ns when cpu=True)."""
-        cpu0 = time.thread_time_ns() if cpu else 0
+    def span(self, kind, **extra):
+        """Logs the body's interval as `kind`, with the thread's CPU time and
+        run delay over it; the body may add fields to the dict it gets."""
+        # The wall interval brackets the readings: a wait for a CPU they
+        # count happened inside it.
         start = time.monotonic_ns()
+        delay0, cpu0 = run_delay_ns(), time.thread_time_ns()
         yield extra
+        cpu1, delay1 = time.thread_time_ns(), run_delay_ns()
         end = time.monotonic_ns()
-        if cpu:
-            extra["cpu_ns"] = time.thread_time_ns() - cpu0
-        self.record(kind, start, end, **extra)
+        self.record(kind, start, end, cpu_ns=cpu1 - cpu0, delay_ns=delay1 - delay0, **extra)
+
+
+def run_delay_ns():
+    """The calling thread's time so far waiting for a CPU (exact while it
+    runs: the delay is added when it is scheduled in)."""
+    with open("/proc/thread-self/schedstat", "rb") as f:
+        return int(f.read().split()[1])
 
 
 def job_args(description, positionals=(), **defaults):
@@ -87,7 +97,7 @@ def busy(ms, x=None):
 
 def train(dataset, args, log, num_workers=2, **loader_kw):
     """The training loop: each step waits for its batch (logged "wait") and
-    computes for args.compute_ms (logged "compute")."""
+    computes for args.compute_ms of wall time (logged "compute")."""
     import torch
     from torch.utils.data import DataLoader
     torch.set_num_threads(1)
@@ -98,12 +108,10 @@ def train(dataset, args, log, num_workers=2, **loader_kw):
     step = 0
     state = torch.ones(32, 32)
     while time.monotonic() < end:
-        t0 = time.monotonic_ns()
-        next(batches)
-        t1 = time.monotonic_ns()
-        log.record("wait", t0, t1, step=step)
-        state = busy(args.compute_ms, state)
-        log.record("compute", t1, time.monotonic_ns(), step=step)
+        with log.span("wait", step=step):
+            next(batches)
+        with log.span("compute", step=step):
+            state = busy(args.compute_ms, state)
         step += 1
         if step == args.ready_after:
             workers = ",".join(str(w.pid) for w in batches._workers)

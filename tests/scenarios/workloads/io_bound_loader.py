@@ -36,7 +36,7 @@ class Shards(Dataset):
                 rec["read_ns"] = time.monotonic_ns() - t0
             finally:
                 os.close(fd)
-        with self.log.span("cpu", cpu=True, index=index):
+        with self.log.span("cpu", index=index):
             x = torch.frombuffer(bytearray(data), dtype=torch.uint8).float().view(-1, 64).mean(dim=0)
         return x, index
 

@@ -19,13 +19,11 @@ from groundtruth import TruthLog, job_args
 def contend(log, shared, hold_s, outside_s, end, rounds):
     tid = threading.get_native_id()
     while time.monotonic() < end:
-        t0 = time.monotonic_ns()
-        with shared:
-            t1 = time.monotonic_ns()
+        with log.span("acquire"):
+            shared.acquire()
+        with log.span("hold"):
             time.sleep(hold_s)                 # the work done under the lock
-            t2 = time.monotonic_ns()
-        log.record("acquire", t0, t1)
-        log.record("hold", t1, t2)
+            shared.release()
         rounds[tid] = rounds.get(tid, 0) + 1   # this thread's key only
         time.sleep(outside_s)                  # the work outside it
 
