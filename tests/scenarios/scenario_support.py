@@ -804,7 +804,7 @@ class SlowJobTestCase(ScenarioTestCase):
                                     env={"TAG": tag}, timeout=PROFILE_SECONDS + 180)
         return self.profile_of(report)
 
-    def slow_dump(self, report, profile=None):
+    def slow_dump(self, report):
         """What a slow-job assertion shows: the command, exit code, stderr,
         verdict, findings and profile (not the whole report)."""
         whole = getattr(report, "_whole", report)
