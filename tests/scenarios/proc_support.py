@@ -2,6 +2,7 @@
 namespaces in /proc, cgroups and ports -- polled for, never slept on.
 scenario_support re-exports these; tests import them from there."""
 
+import ctypes
 import errno
 import os
 import signal
@@ -252,3 +253,21 @@ def host_pid(inner_pid, under):
             return p
     raise AssertionError("no descendant of %d is pid %d in a child pid namespace:\n%s"
                          % (under, inner_pid, describe([under] + descendants(under))))
+
+
+# ---- mounts ------------------------------------------------------------------
+
+MNT_DETACH = 2
+
+
+def umount_lazy(path):
+    """umount2(path, MNT_DETACH): detaches a mount even while its server is
+    stuck or gone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.umount2(path.encode(), MNT_DETACH)
+
+
+def mounted(path):
+    """Whether something is mounted on `path` (this process's mountinfo)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f if len(line.split()) > 4)

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,7 +53,9 @@ from proc_support import (  # noqa: F401  (re-exported)
     ns_pids,
     host_pid,
     tracer_pid,
-    wait_for)
+    wait_for,
+    umount_lazy,
+    mounted)
 
 
 
@@ -526,6 +529,42 @@ class ScenarioTestCase(unittest.TestCase):
         return f["details"]
 
 
+class FuseMountMixin:
+    """For a ScenarioTestCase: self.mnt, an empty directory in a temporary
+    one for a FUSE daemon (a workload, self.start_fuse(...)) to mount on.
+    However the test ends, the mount is lazily detached and the daemon killed
+    before the other workloads, then the directory removed."""
+
+    def setUp(self):
+        super().setUp()
+        self.server = None
+        top = tempfile.mkdtemp(prefix="hangtrace-fuse-")
+        self.mnt = os.path.join(top, "mnt")
+        os.mkdir(self.mnt)
+        # Cleanups run after tearDown has killed the workloads: unmount, then
+        # remove the directory (the daemon is one of the workloads).
+        self.addCleanup(shutil.rmtree, top, True)
+        self.addCleanup(umount_lazy, self.mnt)
+
+    def start_fuse(self, script, *args):
+        """Starts workloads/<script> MNT ARGS; returns its MOUNTED marker."""
+        self.server = self.start(script, self.mnt, *args)
+        return parse_marker(self.server.wait_for_line("MOUNTED", timeout=60))
+
+    def tearDown(self):
+        # Detach the mount, then kill the daemon first: a request it has read
+        # holds its waiter even against SIGKILL until the connection aborts,
+        # which closing /dev/fuse does. Then the loader and its workers.
+        if mounted(self.mnt):
+            umount_lazy(self.mnt)
+        if self.server is not None:
+            self.server.kill()
+        super().tearDown()
+
+
+requires_fuse = unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")
+
+
 def killed_findings(report, pid):
     """The process-killed findings of process `pid`."""
     return [f for f in report.of_kind("process-killed") if (f.get("details") or {}).get("pid") == pid]
@@ -617,3 +656,269 @@ def read_bundle_meta(path):
 
 BUNDLE_FILES = ["report.txt", "report.json", "snapshot.json", "stacks.folded", "flamegraph.svg",
                 "trace.json", "recorder.json", "meta.json"]
+
+
+# ---- slow jobs (issue 18): the workload's ground truth vs the stall profile --------
+
+PROFILE_SECONDS = 8
+SHARE_TOLERANCE = 0.10   # ±10 points
+SLOW_KINDS = ("data-starved", "io-bound", "lock-contention", "gpu-idle", "collective-skew")
+
+
+class GroundTruth:
+    """The JSON lines a slow-job workload writes (workloads/groundtruth.py):
+    {"kind", "pid", "tid", "start_ns", "end_ns", ...} on CLOCK_MONOTONIC,
+    the clock of hangtrace's profile window."""
+
+    def __init__(self, path):
+        self.path = path
+        self._records = None
+
+    def read(self):
+        out = []
+        try:
+            with open(self.path) as f:
+                for line in f:
+                    if line.endswith("\n"):       # a record being written is not whole yet
+                        out.append(json.loads(line))
+        except FileNotFoundError:
+            pass
+        return out
+
+    @property
+    def records(self):
+        return self._records if self._records is not None else self.read()
+
+    def settle(self, end_ns, timeout=30.0):
+        """Waits until every thread that logged near end_ns has logged an
+        interval ending past it (the ones open at the window's end are
+        closed), then keeps the records."""
+        def closed():
+            last = {}
+            for r in self.read():
+                last[r["tid"]] = max(last.get(r["tid"], 0), r["end_ns"])
+            near = [t for t, e in last.items() if e > end_ns - 2_000_000_000]
+            return bool(near) and all(last[t] >= end_ns for t in near)
+        wait_for(closed, timeout, "the ground truth in %s past the window's end" % self.path, interval=0.05)
+        self._records = self.read()
+
+    def tids(self, kind, pids=None):
+        """The threads that logged `kind` (of processes `pids` when given)."""
+        return sorted({r["tid"] for r in self.records
+                       if r["kind"] == kind and (pids is None or r["pid"] in pids)})
+
+    def seconds(self, kind, window, tids=None, part="wall"):
+        """Seconds of `kind` intervals inside window (start_ns, end_ns) of
+        threads `tids` (all when None): their wall time, or the part of it
+        on a CPU ("cpu"), waiting for one ("delay") or blocked, neither
+        ("blocked"), prorated by the part of each interval inside the window."""
+        lo, hi = window
+        total = 0.0
+        for r in self.records:
+            if r["kind"] != kind or (tids is not None and r["tid"] not in tids):
+                continue
+            inside = min(r["end_ns"], hi) - max(r["start_ns"], lo)
+            if inside <= 0:
+                continue
+            wall = r["end_ns"] - r["start_ns"]
+            ns = {"wall": wall, "cpu": r["cpu_ns"], "delay": r["delay_ns"],
+                  "blocked": max(0, wall - r["cpu_ns"] - r["delay_ns"])}[part]
+            total += ns * inside / max(1, wall)
+        return total / 1e9
+
+    def share(self, kind, window, tids, part="wall"):
+        """seconds() over the window times the number of threads `tids`."""
+        return self.seconds(kind, window, set(tids), part) / ((window[1] - window[0]) / 1e9 * max(1, len(tids)))
+
+    def calls_ms(self, kind, window, field):
+        """`field` (ns) of the `kind` records that start inside window, in ms."""
+        lo, hi = window
+        return sorted(r[field] / 1e6 for r in self.records
+                      if r["kind"] == kind and field in r and lo <= r["start_ns"] < hi)
+
+
+def cause_share(entry, cause):
+    """The share of `cause` in a profile thread or critical-path step (0 when absent)."""
+    for c in entry.get("causes") or []:
+        if c.get("cause") == cause:
+            return c.get("share") or 0.0
+    return 0.0
+
+
+def cause_entry(entry, cause):
+    for c in entry.get("causes") or []:
+        if c.get("cause") == cause:
+            return c
+    return None
+
+
+def path_steps(step):
+    """Every step of a critical path, depth first."""
+    yield step
+    for child in step.get("next") or []:
+        yield from path_steps(child)
+
+
+class SlowJobTestCase(ScenarioTestCase):
+    """A slow-job scenario: a workload writing its ground truth to a log in a
+    temporary directory, `hangtrace --duration 8` on it, and assertions of
+    the report's "profile" against the truth over the profile's window."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="hangtrace-slow-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.truth = GroundTruth(os.path.join(self.tmp, "truth.jsonl"))
+
+    def start_job(self, script, *args, shell=False):
+        """Starts workloads/<script> LOG ARGS (until READY); returns (workload, marker)."""
+        job = self.start(script, self.truth.path, *args, shell=shell)
+        return job, parse_marker(job.wait_for_line("READY", timeout=180))
+
+    def profile_of(self, report):
+        """`hangtrace --pid PID --duration 8 --json -` when given a pid, or
+        the report already run. Returns (report, profile, window) with the
+        ground truth settled past the window (start_ns, end_ns)."""
+        if not isinstance(report, Report):
+            report = self.hangtrace(report, "--duration", PROFILE_SECONDS, timeout=PROFILE_SECONDS + 180)
+        self.assertNoCrash(report)
+        self.assertIsInstance(report.json, dict, report.dump())
+        profile = report.json.get("profile")
+        self.assertIsInstance(profile, dict, "no profile\n" + self.slow_dump(report))
+        start, end = profile.get("start_ns"), profile.get("end_ns")
+        self.assertIsInstance(start, int, self.slow_dump(report))
+        self.assertIsInstance(end, int, self.slow_dump(report))
+        self.assertAlmostEqual((end - start) / 1e9, profile.get("window_s", 0), delta=0.05,
+                               msg=self.slow_dump(report))
+        self.assertAlmostEqual(profile["window_s"], PROFILE_SECONDS, delta=1.0, msg=self.slow_dump(report))
+        self.truth.settle(end)
+        return report, profile, (start, end)
+
+    def pgrep_profile(self, tag, expected_pids):
+        """The user's line, `hangtrace --pid $(pgrep -f TAG) --duration 8
+        --json -`, once pgrep prints exactly `expected_pids`; returns
+        profile_of's (report, profile, window)."""
+        found = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+        self.assertEqual(sorted(int(p) for p in found), sorted(expected_pids), "precondition: pgrep -f")
+        report = run_hangtrace_line('hangtrace --pid $(pgrep -f "$TAG") --duration %d --json -' % PROFILE_SECONDS,
+                                    env={"TAG": tag}, timeout=PROFILE_SECONDS + 180)
+        return self.profile_of(report)
+
+    def slow_dump(self, report):
+        """What a slow-job assertion shows: the command, exit code, stderr,
+        verdict, findings and profile (not the whole report)."""
+        whole = getattr(report, "_whole", report)
+        if not isinstance(whole.json, dict):
+            return report.dump()
+        shown = {k: whole.json.get(k) for k in ("verdict", "findings", "profile")}
+        return "%s\nexit code %d\n--- stderr ---\n%s\n--- verdict, findings, profile ---\n%s" % (
+            " ".join(report.argv), report.returncode, report.stderr[-4000:], json.dumps(shown, indent=1))
+
+    def main_thread(self, report, profile, main):
+        """The profile's entry of main's main thread (tid == pid, role main)."""
+        for t in profile.get("threads") or []:
+            if t.get("tid") == main:
+                self.assertEqual(t.get("pid"), main, self.slow_dump(report))
+                self.assertEqual(t.get("role"), "main", self.slow_dump(report))
+                self.assertCausesAddUp(report, t)
+                return t
+        self.fail("no profile thread for main %d\n%s" % (main, self.slow_dump(report)))
+
+    def main_path(self, report, profile, main):
+        """The critical path (depth 0) of main's main thread."""
+        for step in profile.get("critical_path") or []:
+            if main in (step.get("tids") or []) and step.get("depth") == 0:
+                return step
+        self.fail("no critical path of main %d\n%s" % (main, self.slow_dump(report)))
+
+    def step_via(self, report, parent, via, depth=1):
+        """The child step of `parent` reached `via` a cause (the one that
+        ended most of the parent's waits)."""
+        steps = [s for s in parent.get("next") or [] if s.get("via") == via]
+        self.assertTrue(steps, "no step via %s under %s\n%s" % (via, parent.get("label"), self.slow_dump(report)))
+        step = max(steps, key=lambda s: s.get("ended_s") or 0)
+        self.assertEqual(step.get("depth"), depth, self.slow_dump(report))
+        self.assertCausesAddUp(report, step)
+        return step
+
+    def assertCausesAddUp(self, report, entry):
+        """Seconds add up to the entry's window and shares to 1."""
+        causes = entry.get("causes") or []
+        self.assertTrue(causes, "no causes in %s\n%s" % (entry.get("label") or entry.get("tid"), self.slow_dump(report)))
+        window = entry.get("window_s") or 0
+        self.assertAlmostEqual(sum(c.get("seconds", 0) for c in causes), window, delta=max(0.05, 0.01 * window),
+                               msg=self.slow_dump(report))
+        self.assertAlmostEqual(sum(c.get("share", 0) for c in causes), 1.0, delta=0.01, msg=self.slow_dump(report))
+        seconds = [c.get("seconds", 0) for c in causes]
+        self.assertEqual(seconds, sorted(seconds, reverse=True), "causes not biggest first\n" + self.slow_dump(report))
+
+    def assertShare(self, what, measured, reported, report, tolerance=SHARE_TOLERANCE):
+        self.assertLessEqual(abs(measured - reported), tolerance,
+                             "%s: measured %.3f, reported %.3f (tolerance ±%.2f)\n%s"
+                             % (what, measured, reported, tolerance, self.slow_dump(report)))
+
+    def measured_step_share(self, kind, window, step, part="blocked"):
+        """The ground truth's share of `kind` for a critical-path step: the
+        logged seconds (`part` of them) of the step's threads over the
+        step's time (the window times its threads; a step's threads that log
+        nothing, such as a worker's queue feeder, count with their time)."""
+        return self.truth.share(kind, window, step.get("tids") or step.get("pids") or [], part)
+
+    def assertMainWaitShare(self, report, profile, window, main):
+        """main's "dataloader" share vs the time it was blocked in next()
+        (its wall time there less its time on a CPU or waiting for one);
+        returns main's profile thread."""
+        thread = self.main_thread(report, profile, main)
+        self.assertShare("main %d's dataloader share (wall in next() %.3f, of it runnable %.3f)"
+                         % (main, self.truth.share("wait", window, [main]),
+                            self.truth.share("wait", window, [main], "delay")),
+                         self.truth.share("wait", window, [main], "blocked"), cause_share(thread, "dataloader"), report)
+        return thread
+
+    def assertLoaderStep(self, report, profile, main, workers):
+        """The step of main's path via "dataloader" names the workers (their
+        main threads among its threads); returns it."""
+        step = self.step_via(report, self.main_path(report, profile, main), "dataloader")
+        self.assertEqual(sorted(step.get("pids") or []), sorted(workers), self.slow_dump(report))
+        self.assertTrue(set(workers) <= set(step.get("tids") or []),
+                        "the workers' main threads are not on the path\n" + self.slow_dump(report))
+        return step
+
+    def profile_loader(self, script, *args, tag=None):
+        """Starts the DataLoader workload `script` LOG ARGS (2 workers) and
+        profiles it: with `tag` (among ARGS), started from a shell and run
+        the user's way (pgrep_profile), else `--pid MAIN`. Asserts main's
+        dataloader share and the path's step via "dataloader" naming the
+        workers. Returns a namespace: job, main, workers, report, profile,
+        window, step."""
+        job, marker = self.start_job(script, *args, shell=tag is not None)
+        main, workers = marker["main"][0], marker["workers"]
+        self.assertEqual(len(workers), 2, marker)
+        if tag is None:
+            report, profile, window = self.profile_of(main)
+        else:
+            report, profile, window = self.pgrep_profile(tag, [main] + workers)
+        self.assertMainWaitShare(report, profile, window, main)
+        step = self.assertLoaderStep(report, profile, main, workers)
+        return types.SimpleNamespace(job=job, main=main, workers=workers, report=report, profile=profile,
+                                     window=window, step=step)
+
+    def assertSlowFinding(self, report, kind):
+        """The one `kind` finding: a warning; the job is "slow", exit 0. Returns its details."""
+        self.assertEqual(report.returncode, 0, self.slow_dump(report))
+        verdict = report.json.get("verdict") or {}
+        self.assertEqual(verdict.get("status"), "slow", self.slow_dump(report))
+        self.assertTrue((verdict.get("summary") or "").startswith("slow"), self.slow_dump(report))
+        found = report.of_kind(kind)
+        self.assertEqual(len(found), 1, "expected one %s finding\n%s" % (kind, self.slow_dump(report)))
+        self.assertEqual(found[0].get("severity"), "warning", self.slow_dump(report))
+        return found[0].get("details") or {}
+
+    def assertDataStarved(self, report, window, main, workers):
+        """data-starved: its share vs main's measured wait, the worker pids."""
+        details = self.assertSlowFinding(report, "data-starved")
+        self.assertIn("data-starved", report.json["verdict"]["summary"], self.slow_dump(report))
+        self.assertShare("data-starved share", self.truth.share("wait", window, [main], "blocked"),
+                         details.get("share", -1), report)
+        self.assertEqual(sorted(details.get("worker_pids") or []), sorted(workers), self.slow_dump(report))
+        return details

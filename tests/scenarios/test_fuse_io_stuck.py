@@ -11,16 +11,13 @@ served by the daemon), and exit 2. The mount lives under a temporary
 directory and is lazily unmounted, and the daemon killed, however the test
 ends.
 """
-import ctypes
 import os
-import shutil
-import tempfile
 import time
 import unittest
 
-from scenario_support import (ScenarioTestCase, parse_marker, proc_state, requires_bpf_and_torch, wait_for)
+from scenario_support import (FuseMountMixin, ScenarioTestCase, parse_marker, proc_state, requires_bpf_and_torch,
+                              requires_fuse, wait_for)
 
-MNT_DETACH = 2
 STALL_AFTER_S = 2.0
 
 
@@ -32,44 +29,12 @@ def syscall_nr(pid):
         return None
 
 
-def umount_lazy(path):
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.umount2(path.encode(), MNT_DETACH)
-
-
-def mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f if len(line.split()) > 4)
-
-
-@unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")
+@requires_fuse
 @requires_bpf_and_torch
-class FuseIoStuck(ScenarioTestCase):
-    def setUp(self):
-        super().setUp()
-        self.server = None
-        self.tmp = tempfile.mkdtemp(prefix="hangtrace-fuse-")
-        self.mnt = os.path.join(self.tmp, "mnt")
-        os.mkdir(self.mnt)
-        # Cleanups run after tearDown has killed the workloads: unmount, then
-        # remove the directory (the daemon is one of the workloads).
-        self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.addCleanup(umount_lazy, self.mnt)
-
-    def tearDown(self):
-        # Detach the mount, then kill the daemon first: a request it has read
-        # holds its waiter even against SIGKILL until the connection aborts,
-        # which closing /dev/fuse does. Then the loader and its workers.
-        if mounted(self.mnt):
-            umount_lazy(self.mnt)
-        if self.server is not None:
-            self.server.kill()
-        super().tearDown()
-
+class FuseIoStuck(FuseMountMixin, ScenarioTestCase):
     def test_workers_stuck_on_a_silent_fuse_mount(self):
-        server = self.server = self.start("fuse_silent_server.py", self.mnt)
-        mark = parse_marker(server.wait_for_line("MOUNTED", timeout=60))
-        daemon = mark["pid"][0]
+        mark = self.start_fuse("fuse_silent_server.py")
+        server, daemon = self.server, mark["pid"][0]
         self.assertEqual(daemon, server.pid)
         path = os.path.join(self.mnt, "shard-3.bin")
         job = self.start("dataloader_fuse_read.py", path)
