@@ -581,6 +581,11 @@ class Profiler {
         // context names whatever task the interrupt hit.
         if (cause == StallCause::Sleep || role_of(pid_of(waker)) == "process") continue;
         int worker = follow_relays(waker);
+        // A DataLoader worker's work runs in its main thread; its other
+        // threads (the queue's feeder, the fd sharer) only pass it on.
+        if (cause == StallCause::DataLoader && pid_of(worker) != worker && pid_of(worker) != pid_of(tids.front()) &&
+            live_.thread_times.count(pid_of(worker)))
+          worker = pid_of(worker);
         if (visited.count(worker) || visited.count(waker)) continue;
         const int wpid = pid_of(worker);
         Next& n = next[{cause, fmt::format("{}|{}", role_of(wpid), pid_of(worker) == worker ? 0 : wpid)}];
