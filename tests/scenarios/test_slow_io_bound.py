@@ -35,6 +35,10 @@ class IoBound(FuseMountMixin, SlowJobTestCase):
 
         self.assertDataStarved(report, window, run.main, run.workers)
         details = self.assertSlowFinding(report, "io-bound")
+        # The root cause leads: io-bound explains data-starved.
+        io_id = report.of_kind("io-bound")[0]["id"]
+        self.assertEqual(report.of_kind("data-starved")[0].get("caused_by"), io_id, self.slow_dump(report))
+        self.assertTrue(report.json["verdict"]["summary"].startswith("slow: io-bound"), self.slow_dump(report))
         self.assertEqual(details.get("mount_point"), self.mnt, self.slow_dump(report))
         self.assertTrue((details.get("fstype") or "").startswith("fuse"), self.slow_dump(report))
         self.assertEqual(details.get("source"), "slowfs", self.slow_dump(report))

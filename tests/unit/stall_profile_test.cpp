@@ -97,12 +97,13 @@ struct StarvedJob {
       WaitTotal& io = w.wait(worker, worker, HT_EV_SYSCALL_BLOCK, HT_NR_read, 6.8, 500, 0, 0);
       io.obj_kind = HT_OBJ_FILE;
       io.mnt_id = 40;
-      io.files = {"train/0001.jpg", "train/0002.jpg"};
+      io.files = {"//0001.jpg", "//0002.jpg"};  // the parent is the mount's root dentry, "/"
       MountEntry m;
       m.mount_id = 40;
       m.mount_point = "/mnt/train";
       m.fstype = "fuse.slowfs";
       m.source = "slowfs";
+      m.root = "/";
       w.o.file_mounts[{worker, 40}] = m;
       w.times(worker, worker + 5, 0.1);
       w.futex(worker, worker + 5, 0x7000, 7.5, 40, worker, worker);
@@ -147,7 +148,8 @@ TEST(StallProfile, TheCriticalPathFollowsWakersThroughRelaysToTheWorkersAndTheir
   const StallObject& o = workers.causes.front().objects.front();
   EXPECT_EQ(o.mount_point, "/mnt/train");
   EXPECT_EQ(o.calls, 1000u);
-  EXPECT_NE(o.what.find("/mnt/train/*.jpg"), std::string::npos) << o.what;
+  EXPECT_NE(o.what.find("read /mnt/train/*.jpg (fuse.slowfs slowfs)"), std::string::npos) << o.what;
+  EXPECT_EQ(o.files, (std::vector<std::string>{"/mnt/train/0001.jpg", "/mnt/train/0002.jpg"}));
   // 6.8 s / 500 calls = 13.6 ms: the 8-16 ms bucket's middle.
   EXPECT_NEAR(static_cast<double>(o.median_ns) / 1e6, 12.288, 0.01);
 }

@@ -72,7 +72,7 @@ void Aggregator::add_wait_total(const WaitRecord& record) {
   uint64_t object = w.object;
   std::string_view dir;
   if (w.obj_kind == HT_OBJ_FILE && w.mnt_id) {
-    size_t slash = w.file.find('/');
+    size_t slash = w.file.find('/', w.file.starts_with("/") ? 1 : 0);  // the root's name is "/"
     dir = slash == std::string_view::npos ? std::string_view{} : w.file.substr(0, slash);
     object = (std::hash<std::string_view>{}(dir) * 1000003u) ^ w.mnt_id;
   }

@@ -61,6 +61,10 @@ constexpr size_t kMaxWakers = 8;
 constexpr double kRelayShare = 0.5;
 constexpr double kMinStepShare = 0.05;  // a path step below this share of its parent is left out
 
+// Where "dir/name" splits: the parent's name never holds a '/', except the
+// root's, "/" ("//name").
+size_t name_separator(std::string_view dir_name) { return dir_name.find('/', dir_name.starts_with("/") ? 1 : 0); }
+
 bool contains_any(const std::string& s, std::initializer_list<const char*> needles) {
   for (const char* n : needles)
     if (s.find(n) != std::string::npos) return true;
@@ -298,6 +302,18 @@ class Profiler {
     return it == live_.file_mounts.end() ? nullptr : &it->second;
   }
 
+  // A record's "dir/name" as a path: under the mount point when the
+  // directory is the file system's root, else with "…" for the part between.
+  static std::string file_path(const MountEntry* m, const std::string& dir_name) {
+    size_t slash = name_separator(dir_name);
+    if (slash == std::string::npos) return dir_name;
+    const std::string dir = dir_name.substr(0, slash), name = dir_name.substr(slash + 1);
+    if (!m) return fmt::format("…/{}", dir == "/" ? name : dir + "/" + name);
+    const std::string mp = m->mount_point == "/" ? "" : m->mount_point;
+    if (dir == "/" && m->root == "/") return fmt::format("{}/{}", mp, name);
+    return fmt::format("{}/…/{}/{}", mp, dir, name);
+  }
+
   // What a wait was on, as one line that groups like waits ("read
   // /mnt/data/…/train/*.jpg", "futex 0x7f12..40", "poll").
   std::string what_of(int tid, const WaitTotal& w, Accumulated* acc) const {
@@ -309,7 +325,7 @@ class Profiler {
       std::string dir, ext;
       if (!w.files.empty()) {
         const std::string& f = w.files.front();
-        size_t slash = f.find('/');
+        size_t slash = name_separator(f);
         if (slash != std::string::npos) dir = f.substr(0, slash);
         std::string base = slash == std::string::npos ? f : f.substr(slash + 1);
         size_t dot = base.rfind('.');
@@ -325,17 +341,18 @@ class Profiler {
           acc->source = m->source;
         }
         std::string mp = m->mount_point == "/" ? "" : m->mount_point;
-        size_t last = mp.rfind('/');
-        bool dir_is_root = !dir.empty() && last != std::string::npos && mp.substr(last + 1) == dir;
-        where = dir.empty() || dir == "/" || dir_is_root ? mp : fmt::format("{}/…/{}", mp, dir);
+        where = dir.empty() || (dir == "/" && m->root == "/") ? mp : fmt::format("{}/…/{}", mp, dir);
         where += fmt::format("/*{} ({} {})", ext, m->fstype, m->source);
       } else {
         where = dir.empty() ? fmt::format("*{}", ext) : fmt::format("…/{}/*{}", dir, ext);
       }
       if (acc)
-        for (const auto& f : w.files)
-          if (acc->files.size() < kMaxObjects && std::find(acc->files.begin(), acc->files.end(), f) == acc->files.end())
-            acc->files.push_back(f);
+        for (const auto& f : w.files) {
+          std::string path = file_path(mount_of(pid, w.mnt_id), f);
+          if (acc->files.size() < kMaxObjects &&
+              std::find(acc->files.begin(), acc->files.end(), path) == acc->files.end())
+            acc->files.push_back(path);
+        }
       return fmt::format("{} {}", name, where);
     }
     switch (w.obj_kind) {
@@ -580,7 +597,8 @@ class Profiler {
         // snapshot saw (a FUSE daemon, a peer): a wakeup from interrupt
         // context names whatever task the interrupt hit.
         if (cause == StallCause::Sleep || role_of(pid_of(waker)) == "process") continue;
-        int worker = follow_relays(waker);
+        // Threads queued on one lock wake each other: none relays for another.
+        int worker = cause == StallCause::Lock ? waker : follow_relays(waker);
         // A DataLoader worker's work runs in its main thread; its other
         // threads (the queue's feeder, the fd sharer) only pass it on.
         if (cause == StallCause::DataLoader && pid_of(worker) != worker && pid_of(worker) != pid_of(tids.front()) &&
