@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -35,11 +36,17 @@ std::unique_ptr<LiveTracer> start_sampler(int pid, uint32_t hz = kHz) {
   return std::move(*t);
 }
 
-const HookStatus* sampler_hook(const LiveTracer& t) {
-  static HookStatus found;
+std::optional<HookStatus> sampler_hook(const LiveTracer& t) {
   for (const auto& h : t.hooks())
-    if (h.concern == "cpu_samples") return &(found = h);
-  return nullptr;
+    if (h.concern == "cpu_samples") return h;
+  return std::nullopt;
+}
+
+// "" when the sampler's perf events are attached, else why not.
+std::string perf_events_missing(const LiveTracer& t) {
+  std::optional<HookStatus> h = sampler_hook(t);
+  if (!h) return "no cpu_samples concern";
+  return h->active ? "" : "no perf events here: " + h->reason;
 }
 
 // Polls the ring buffer for `window`, then takes the samples.
@@ -75,10 +82,8 @@ TEST(LiveCpuSamples, PythonSpinnerIsSampledInItsFunctionAndTheBlockedMainThreadI
   ASSERT_GT(pid, 0) << ready;
   auto t = start_sampler(pid);
   ASSERT_TRUE(t);
-  const HookStatus* h = sampler_hook(*t);
-  ASSERT_TRUE(h);
-  if (!h->active) GTEST_SKIP() << "no perf events here: " << h->reason;
-
+  std::string why = perf_events_missing(*t);
+  if (!why.empty()) GTEST_SKIP() << why;
   CpuSampler::Taken taken = sample_for(*t, 2s);
   const CpuSamples& s = taken.samples;
   std::cout << describe(s);
@@ -107,21 +112,21 @@ TEST(LiveCpuSamples, NativeBurnerIsSampledInItsFunctionAndTheBlockedMainThreadIs
   Workload w({exe}, /*gated_stdin=*/true);
   std::string ready = w.wait_for_line("READY");
   auto fields = line_fields(ready);
-  int pid = field_int(fields, "pid"), burner = field_int(fields, "burner"), main_tid = field_int(fields, "main");
+  int pid = field_int(fields, "pid"), burner = field_int(fields, "burner"),
+      main_tid = field_int(fields, "main");
   ASSERT_GT(pid, 0) << ready;
   uint64_t burn = std::stoull(fields["burn"], nullptr, 16);
   auto elf = elf::ElfFile::open(exe);
   ASSERT_TRUE(elf) << elf.error();
-  auto syms = elf->find_symbols(elf::Tables::Both, {"burn_cpu_here"}, [](const elf::Symbol& s) { return s.size > 0; });
+  auto syms = elf->find_symbols(elf::Tables::Both, {"burn_cpu_here"},
+                                [](const elf::Symbol& s) { return s.size > 0; });
   ASSERT_TRUE(syms.count("burn_cpu_here"));
   uint64_t burn_end = burn + syms.at("burn_cpu_here").size;
 
   auto t = start_sampler(pid);
   ASSERT_TRUE(t);
-  const HookStatus* h = sampler_hook(*t);
-  ASSERT_TRUE(h);
-  if (!h->active) GTEST_SKIP() << "no perf events here: " << h->reason;
-
+  std::string why = perf_events_missing(*t);
+  if (!why.empty()) GTEST_SKIP() << why;
   CpuSampler::Taken taken = sample_for(*t, 2s);
   std::cout << describe(taken.samples);
   EXPECT_EQ(taken.samples.hz, kHz);
@@ -134,7 +139,8 @@ TEST(LiveCpuSamples, NativeBurnerIsSampledInItsFunctionAndTheBlockedMainThreadIs
     burner_samples += n.count;
     if (!n.ustack.empty() && n.ustack[0] >= burn && n.ustack[0] < burn_end) in_burn += n.count;
   }
-  std::cout << "burner " << burner_samples << " in burn_cpu_here " << in_burn << " main " << main_samples << "\n";
+  std::cout << "burner " << burner_samples << " in burn_cpu_here " << in_burn << " main " << main_samples
+            << "\n";
   EXPECT_GE(burner_samples, 60u);
   EXPECT_GE(in_burn * 10, burner_samples * 9);
   EXPECT_LE(main_samples, 2u);
@@ -147,7 +153,7 @@ TEST(LiveCpuSamples, OffWhenNotAsked) {
   ASSERT_GT(pid, 0);
   auto t = start_sampler(pid, 0);
   ASSERT_TRUE(t);
-  const HookStatus* h = sampler_hook(*t);
+  std::optional<HookStatus> h = sampler_hook(*t);
   ASSERT_TRUE(h);
   EXPECT_FALSE(h->active);
   EXPECT_EQ(h->reason.rfind("not needed", 0), 0u) << h->reason;

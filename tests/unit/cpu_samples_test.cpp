@@ -3,22 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include "frames.h"
+
 namespace hangtrace {
 namespace {
 
-UserFrame py(const std::string& file, int line, const std::string& fn) {
-  UserFrame f;
-  f.kind = UserFrame::Kind::Python;
-  f.file = file;
-  f.line = line;
-  f.function = fn;
-  return f;
-}
+using testing::py;
 
 TEST(CpuSamples, PythonFramesAreFileLineFunctionWithTheBasename) {
-  EXPECT_EQ(sample_frame(py("/srv/job/dataset.py", 88, "Dataset.decode")), "dataset.py:88 Dataset.decode");
-  EXPECT_EQ(sample_frame(py("dataset.py", 0, "f")), "dataset.py f");
-  EXPECT_EQ(sample_frame(py("", 3, "")), "?:3 ?");
+  EXPECT_EQ(sample_frame(py("Dataset.decode", "/srv/job/dataset.py", 88)), "dataset.py:88 Dataset.decode");
+  EXPECT_EQ(sample_frame(py("f", "dataset.py", 0)), "dataset.py f");
+  EXPECT_EQ(sample_frame(py("", "", 3)), "?:3 ?");
 }
 
 TEST(CpuSamples, NativeFramesAreTheFunctionElseModuleOffsetElseAddress) {
@@ -38,7 +33,7 @@ TEST(CpuSamples, HostileNamesCannotSplitOrBreakTheKey) {
   UserFrame f;
   f.function = "a;b\nc\td";
   EXPECT_EQ(sample_frame(f), "a:b c d");
-  EXPECT_EQ(sample_frame(py("x;y.py", 1, "f;g")), "x:y.py:1 f:g");
+  EXPECT_EQ(sample_frame(py("f;g", "x;y.py", 1)), "x:y.py:1 f:g");
 }
 
 TEST(CpuSamples, KeysAreOutermostFirst) {

@@ -91,7 +91,7 @@ class CpuSampler {
   procfs::ProcFs fs_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Sample> queue_;  // guarded by mu_
+  std::deque<Sample> queue_;    // guarded by mu_
   std::vector<int> forgotten_;  // guarded by mu_
   bool stop_ = false;           // guarded by mu_
   uint64_t overflow_ = 0;       // guarded by mu_: samples the full queue turned away

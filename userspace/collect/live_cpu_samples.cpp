@@ -85,7 +85,8 @@ class CpuSamplesModule : public TracerModule {
     for (int cpu : online_cpus()) {
       int fd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
       if (fd < 0) {
-        if (first_error.empty()) first_error = fmt::format("perf_event_open on CPU {}: {}", cpu, errno_text(errno));
+        if (first_error.empty())
+          first_error = fmt::format("perf_event_open on CPU {}: {}", cpu, errno_text(errno));
         continue;
       }
       bpf_link* link = bpf_program__attach_perf_event(skel_->progs.cpu_sample, fd);

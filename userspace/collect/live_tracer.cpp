@@ -137,7 +137,8 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
 
   if (options.sample_hz > 0) {
     auto h = t->hooks();
-    if (std::any_of(h.begin(), h.end(), [](const HookStatus& s) { return s.concern == "cpu_samples" && s.active; }))
+    if (std::any_of(h.begin(), h.end(),
+                    [](const HookStatus& s) { return s.concern == "cpu_samples" && s.active; }))
       t->sampler_ = std::make_unique<CpuSampler>(options.sample_hz);
   }
   t->hot_ = options.hot_hooks;

@@ -253,13 +253,13 @@ Result<PyOffsets> offsets_of(const python::RuntimeLocation& loc, int pid) {
   if (!offsets && loc.major == 3 && loc.minor >= 13) {
     auto debug = python::offsets_from_debug(pid, loc.runtime, loc.major, loc.minor);
     if (!debug)
-      return make_error(fmt::format("CPython {}.{} ({}) is not supported: {}", loc.major, loc.minor, loc.binary,
-                                    debug.error()));
+      return make_error(fmt::format("CPython {}.{} ({}) is not supported: {}", loc.major, loc.minor,
+                                    loc.binary, debug.error()));
     offsets = std::move(*debug);
   }
   if (!offsets)
-    return make_error(fmt::format("CPython {}.{} ({}) is not supported (3.8 to 3.13 are)", loc.major, loc.minor,
-                                  loc.binary));
+    return make_error(fmt::format("CPython {}.{} ({}) is not supported (3.8 to 3.13 are)", loc.major,
+                                  loc.minor, loc.binary));
   return *offsets;
 }
 
@@ -313,7 +313,6 @@ std::vector<int> pthread_tids(int pid, const std::vector<uint64_t>& pthreads,
   return out;
 }
 
-
 // ---- thread states ------------------------------------------------------------
 
 struct TState {
@@ -366,7 +365,8 @@ std::vector<int> thread_state_tids(int pid, const PyOffsets& o, const std::vecto
                                    const std::unordered_set<int>& tids) {
   std::vector<int> out;
   if (o.tstate_native_thread_id) {
-    for (const auto& ts : tstates) out.push_back(static_cast<int>(load_u64(ts.bytes, o.tstate_native_thread_id)));
+    for (const auto& ts : tstates)
+      out.push_back(static_cast<int>(load_u64(ts.bytes, o.tstate_native_thread_id)));
     return out;
   }
   std::vector<uint64_t> pthreads;
@@ -434,9 +434,11 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
     if (!g) return;
     if (std::find(p.python_gils.begin(), p.python_gils.end(), gil) == p.python_gils.end())
       p.python_gils.push_back(gil);
-    if (static_cast<int32_t>(load_u32(*g, o.gil_locked)) == 1) gil_holders.insert(load_u64(*g, o.gil_last_holder));
+    if (static_cast<int32_t>(load_u32(*g, o.gil_locked)) == 1)
+      gil_holders.insert(load_u64(*g, o.gil_last_holder));
   };
-  ThreadStates states = read_thread_states(walker, o, load_u64(*runtime, o.runtime_interpreters_head), note_gil);
+  ThreadStates states =
+      read_thread_states(walker, o, load_u64(*runtime, o.runtime_interpreters_head), note_gil);
   if (states.interpreters == 0) return fail_all("no interpreter (not initialized yet, or finalized)");
   gil_holders.erase(0);
   const std::vector<TState>& tstates = states.tstates;
@@ -485,7 +487,8 @@ struct PythonThreadStacks::Impl {
       return;
     }
     ThreadStates states = read_thread_states(*walker, o, load_u64(*rt, o.runtime_interpreters_head));
-    scan_error = states.interpreters == 0 ? "no interpreter (not initialized yet, or finalized)" : states.first_error;
+    scan_error =
+        states.interpreters == 0 ? "no interpreter (not initialized yet, or finalized)" : states.first_error;
     std::unordered_set<int> tids;
     if (!o.tstate_native_thread_id) {
       if (auto t = fs.tids(pid)) tids.insert(t->begin(), t->end());
@@ -501,8 +504,7 @@ struct PythonThreadStacks::Impl {
     if (it == tstates.end()) return std::nullopt;
     auto bytes = walker->read(it->second, o.tstate_read_size, "thread state");
     if (!bytes) return std::nullopt;
-    if (o.tstate_native_thread_id &&
-        static_cast<int>(load_u64(*bytes, o.tstate_native_thread_id)) != tid)
+    if (o.tstate_native_thread_id && static_cast<int>(load_u64(*bytes, o.tstate_native_thread_id)) != tid)
       return std::nullopt;  // freed and reused for another thread
     return TState{it->second, std::move(*bytes)};
   }

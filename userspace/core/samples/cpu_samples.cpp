@@ -13,8 +13,10 @@ namespace {
 // ';' separates frames; control characters would break the folded text.
 std::string clean(std::string s) {
   for (char& c : s)
-    if (c == ';') c = ':';
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    if (c == ';')
+      c = ':';
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      c = ' ';
   return s;
 }
 
