@@ -89,7 +89,8 @@ void CpuSampler::count(const Sample& s, uint64_t now_ns) {
     if (opened) {
       p.python = std::move(*opened);
     } else {
-      p.retry_ns = now_ns + kRetryOpenNs;
+      p.backoff_ns = p.backoff_ns ? std::min(2 * p.backoff_ns, kMaxRetryOpenNs) : kRetryOpenNs;
+      p.retry_ns = now_ns + p.backoff_ns;
     }
   }
   if (p.python) {

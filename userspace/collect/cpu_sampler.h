@@ -39,9 +39,11 @@ class CpuSampler {
   static constexpr size_t kQueueSamples = 4096;
   // ~30 us each: at most ~6 % of a core on walks.
   static constexpr uint32_t kMaxWalksPerSecond = 2000;
-  // A process whose interpreter could not be found is asked again after this
-  // long (it may not have initialized Python yet).
-  static constexpr uint64_t kRetryOpenNs = 2'000'000'000;
+  // A process whose interpreter could not be found is asked again (it may
+  // not have initialized Python yet) after 1 s, then twice as long each
+  // time, up to kMaxRetryOpenNs: a native process is looked at rarely.
+  static constexpr uint64_t kRetryOpenNs = 1'000'000'000;
+  static constexpr uint64_t kMaxRetryOpenNs = 64'000'000'000;
   // Distinct native stacks kept in all (each up to HT_SAMPLE_USER_FRAMES addresses).
   static constexpr size_t kMaxNativeStacks = 32768;
 
@@ -80,6 +82,7 @@ class CpuSampler {
   struct Process {
     std::unique_ptr<PythonThreadStacks> python;
     uint64_t retry_ns = 0;  // no interpreter found: when to look again
+    uint64_t backoff_ns = 0;
   };
   using NativeKey = std::pair<int32_t, std::vector<uint64_t>>;
 
