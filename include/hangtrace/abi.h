@@ -128,6 +128,7 @@ enum ht_event_type {
   HT_EV_WAKEUP = 13,         /* struct ht_wakeup_event: waker -> wakee of a traced task (sampled) */
   HT_EV_GPU_CALL = 14,       /* struct ht_gpu_call_event: a CUDA driver / NCCL host call that returned */
   HT_EV_GPU_ACTIVITY = 15,   /* struct ht_gpu_activity_event: a CUPTI activity record */
+  HT_EV_CPU_SAMPLE = 16,     /* struct ht_cpu_sample_event: a traced task found on a CPU by the sampler */
 };
 
 /* Indexes into the per-CPU `counters` map. */
@@ -318,6 +319,22 @@ struct ht_wakeup_event {
    * kernel stack then shows). */
   __s32 waker_kstack_id;
   __s32 waker_ustack_id;
+};
+
+/* The cpu_samples concern (bpf/cpu_samples.bpf.c): a cpu-clock perf event
+ * per CPU fired while a traced task was on it. The user stack is copied into
+ * the record (frame-pointer walk, innermost first) rather than put in the
+ * shared stack map: samples of a Python job are nearly all distinct stacks and
+ * would crowd out the blocked intervals' ones. */
+#define HT_SAMPLE_USER_FRAMES 64
+
+struct ht_cpu_sample_event {
+  struct ht_event_header hdr; /* the task on the CPU */
+  __s32 kstack_id;            /* its kernel stack in the shared map (< 0: none, e.g. it was in user mode) */
+  __u32 cpu;
+  __u32 ustack_len;           /* frames in ustack */
+  __u32 pad;                  /* explicit padding, always 0 */
+  __u64 ustack[HT_SAMPLE_USER_FRAMES];
 };
 
 /* The sched concern's in-kernel `wakeups` map (bpf/sched.bpf.c): how often

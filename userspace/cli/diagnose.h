@@ -39,6 +39,7 @@ struct Options {
   double hang_after_s = 0;
   double min_block_ms = 5;
   int ringbuf_mb = 8;
+  int sample_hz = 49;  // --sample-hz: on-CPU samples per second per CPU in live windows (0: off)
   bool list_hooks = false;
   double duration_s = 0;
   bool duration_given = false;

@@ -5,6 +5,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +49,7 @@ LiveOptions live_options(const Options& opt) {
   LiveOptions lo;
   lo.min_block_ns = static_cast<uint64_t>(opt.min_block_ms * 1e6);
   lo.ringbuf_bytes = static_cast<uint64_t>(opt.ringbuf_mb) << 20;
+  lo.sample_hz = static_cast<uint32_t>(std::max(0, opt.sample_hz));
   lo.verbosity = opt.verbosity > 2 ? opt.verbosity - 2 : 0;
   return lo;
 }

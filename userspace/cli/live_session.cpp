@@ -208,7 +208,10 @@ LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
   }
   for (const auto& h : tracer_->hooks())
     o.hooks.push_back({h.concern, h.program, h.attach, h.active, h.reason});
+  CpuSampler::Taken cpu = tracer_->take_cpu_samples();
+  o.cpu_samples = std::move(cpu.samples);
   resolve_stacks(o, symbolize_user);
+  resolve_cpu_samples(o, cpu.native, symbolize_user);  // live_session_samples.cpp
   return o;
 }
 
@@ -235,45 +238,55 @@ void LiveSession::resolve_stacks(LiveObservation& o, const UserSymbolizer& symbo
   if (!kernel_ids.empty()) {
     auto symbols = KernelSymbols::load();
     for (int32_t id : kernel_ids) {
-      std::vector<KernelFrame> frames;
-      for (uint64_t addr : tracer_->stack(id)) {
-        std::string name = symbols ? symbols->symbolize(addr) : std::string();
-        // The stack was walked from inside our own program: its innermost
-        // frames are the BPF trampoline and program, not the traced task's.
-        if (frames.empty() && (name.starts_with("bpf_prog_") || name.starts_with("bpf_trace_run") ||
-                               name.starts_with("__bpf_trace_") || name.starts_with("bpf_get_stack")))
-          continue;
-        frames.push_back({addr, std::move(name)});
-      }
+      std::vector<KernelFrame> frames = kernel_frames(id, symbols ? &*symbols : nullptr);
       if (!frames.empty()) o.kernel_stacks[id] = std::move(frames);
     }
   }
   tracer_->refresh_mapped_modules();  // the last look at the living
   const MappedModules& mapped = tracer_->mapped_modules();
   for (const auto& [tid, id] : user_ids) {
-    std::vector<uint64_t> addrs = tracer_->stack(id);
-    const std::vector<Mapping>* code = mapped.code_maps(mapped.tgid_of(tid));
-    std::vector<UserFrame> frames;
-    for (uint64_t addr : addrs) {
-      UserFrame f;
-      f.addr = addr;
-      if (code) {
-        // The kernel walks user stacks by frame pointer; code built without
-        // them (libc's syscall wrappers, most of a distribution) leaves the
-        // walk on garbage after a frame or two: an address outside every
-        // executable mapping ends the stack.
-        auto m = std::find_if(code->begin(), code->end(),
-                              [&](const Mapping& m) { return addr >= m.start && addr < m.end; });
-        if (m == code->end()) break;
-        f.file = m->path;
-        f.module_offset = addr - m->start + m->offset;
-      }
-      frames.push_back(std::move(f));
-    }
+    std::vector<UserFrame> frames = user_frames(mapped.tgid_of(tid), tracer_->stack(id));
     if (frames.empty()) continue;
     if (symbolize_user) symbolize_user(frames);
     o.user_stacks[{tid, id}] = std::move(frames);
   }
+}
+
+std::vector<KernelFrame> LiveSession::kernel_frames(int32_t id, const KernelSymbols* symbols) const {
+  std::vector<KernelFrame> frames;
+  for (uint64_t addr : tracer_->stack(id)) {
+    std::string name = symbols ? symbols->symbolize(addr) : std::string();
+    // The stack was walked from inside our own program: its innermost
+    // frames are the BPF trampoline and program, not the traced task's.
+    if (frames.empty() && (name.starts_with("bpf_prog_") || name.starts_with("bpf_trace_run") ||
+                           name.starts_with("__bpf_trace_") || name.starts_with("bpf_get_stack")))
+      continue;
+    frames.push_back({addr, std::move(name)});
+  }
+  return frames;
+}
+
+std::vector<UserFrame> LiveSession::user_frames(int tgid, const std::vector<uint64_t>& addrs) const {
+  const MappedModules& mapped = tracer_->mapped_modules();
+  const std::vector<Mapping>* code = mapped.code_maps(tgid);
+  std::vector<UserFrame> frames;
+  for (uint64_t addr : addrs) {
+    UserFrame f;
+    f.addr = addr;
+    if (code) {
+      // The kernel walks user stacks by frame pointer; code built without
+      // them (libc's syscall wrappers, most of a distribution) leaves the
+      // walk on garbage after a frame or two: an address outside every
+      // executable mapping ends the stack.
+      auto m = std::find_if(code->begin(), code->end(),
+                            [&](const Mapping& m) { return addr >= m.start && addr < m.end; });
+      if (m == code->end()) break;
+      f.file = m->path;
+      f.module_offset = addr - m->start + m->offset;
+    }
+    frames.push_back(std::move(f));
+  }
+  return frames;
 }
 
 }  // namespace hangtrace

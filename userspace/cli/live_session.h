@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/kallsyms.h"
 #include "hangtrace/live.h"
 #include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
@@ -54,6 +55,13 @@ class LiveSession {
   // User frames against the executable mappings the tracer kept of each
   // traced process (read again first: the last look at the living).
   void resolve_stacks(LiveObservation& o, const UserSymbolizer& symbolize_user);
+  // The samples counted by native stack, named and added to o.cpu_samples.
+  void resolve_cpu_samples(LiveObservation& o, const std::vector<CpuSampler::NativeSample>& native,
+                           const UserSymbolizer& symbolize_user);
+  // A stack id's kernel frames (without our own BPF frames), and a user
+  // stack's addresses against process `tgid`'s executable mappings.
+  std::vector<KernelFrame> kernel_frames(int32_t id, const KernelSymbols* symbols) const;
+  std::vector<UserFrame> user_frames(int tgid, const std::vector<uint64_t>& addrs) const;
   struct ShmSample {
     uint64_t ts_ns, used, size;
   };

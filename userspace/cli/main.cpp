@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--ringbuf-mb", opt.ringbuf_mb, "live: ring buffer size in MiB (default 8)")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--sample-hz", opt.sample_hz,
+                 "live: on-CPU stack samples of the traced threads per second per CPU (0 = off, default 49)")
+      ->check(CLI::Range(0, 999));
   app.add_flag("--list-hooks", opt.list_hooks,
                "list the live-tracing hooks and whether this kernel has them");
   app.add_flag("-v,--verbose", opt.verbosity, "more detail: -v all threads, -vv kernel stacks, -vvv libbpf");

@@ -12,6 +12,7 @@ std::vector<std::unique_ptr<TracerModule>> all_live_modules() {
   modules.push_back(make_memory_module());
   modules.push_back(make_gpu_module());
   modules.push_back(make_cupti_module());
+  modules.push_back(make_cpu_samples_module());
   return modules;
 }
 

@@ -17,6 +17,8 @@ std::unique_ptr<TracerModule> make_memory_module();
 // Loaded at start, attached later: to each libcuda / libnccl a traced process maps.
 std::unique_ptr<TracerModule> make_gpu_module();
 std::unique_ptr<TracerModule> make_cupti_module();
+// Off unless LiveOptions::sample_hz: the on-CPU sampler's perf events.
+std::unique_ptr<TracerModule> make_cpu_samples_module();
 
 // Every concern, in load order (process first: it follows forks).
 std::vector<std::unique_ptr<TracerModule>> all_live_modules();

@@ -27,6 +27,7 @@ static_assert(sizeof(ht_signal_event) == 80);
 static_assert(offsetof(ht_signal_event, sender_comm) == 64);
 static_assert(sizeof(ht_oom_event) == 96);
 static_assert(offsetof(ht_oom_event, memcg_id) == 80);
+static_assert(offsetof(ht_event_header, type) == 0);
 
 namespace {
 
@@ -134,11 +135,22 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
     t->modules_.push_back(std::move(module));
   }
 
+  if (options.sample_hz > 0) {
+    auto h = t->hooks();
+    if (std::any_of(h.begin(), h.end(),
+                    [](const HookStatus& s) { return s.concern == "cpu_samples" && s.active; }))
+      t->sampler_ = std::make_unique<CpuSampler>(options.sample_hz);
+  }
   t->hot_ = options.hot_hooks;
   t->ring_ = ring_buffer__new(
       m.events,
       [](void* ctx, void* data, size_t size) -> int {
         auto* self = static_cast<LiveTracer*>(ctx);
+        if (self->sampler_ && size >= sizeof(ht_cpu_sample_event) &&
+            static_cast<const ht_event_header*>(data)->type == HT_EV_CPU_SAMPLE) {
+          self->sampler_->add(data, size);  // the sampler's alone: not for the sink
+          return 0;
+        }
         self->follow_processes(data, size);
         if (self->sink_) (*self->sink_)(data, size);
         return 0;
@@ -191,6 +203,7 @@ void LiveTracer::follow_processes(const void* data, size_t size) {
     mapped_->watch(static_cast<int>(e.child_tgid));  // 0 for a new thread: nothing
   else
     mapped_->exec(static_cast<int>(e.hdr.tgid));
+  if (type == HT_EV_PROC_EXEC && sampler_) sampler_->forget(static_cast<int>(e.hdr.tgid));
 }
 
 void LiveTracer::trace_tgid(int tgid) {
@@ -249,6 +262,11 @@ uint64_t LiveTracer::counter(int index) const {
   uint64_t sum = 0;
   for (uint64_t v : values) sum += v;
   return sum;
+}
+
+CpuSampler::Taken LiveTracer::take_cpu_samples() {
+  if (!sampler_) return {};
+  return sampler_->take();
 }
 
 std::vector<uint64_t> LiveTracer::stack(int32_t stack_id) const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_sampler.h"
 #include "hangtrace/live.h"
 #include "hangtrace/result.h"
 #include "mapped_modules.h"
@@ -25,6 +26,9 @@ struct LiveOptions {
   uint32_t stack_map_entries = 16384;   // buckets of the shared stack map (see live_tracer.cpp)
   uint64_t wakeup_bytes = 64u << 10;    // ring buffer wakes userspace past this much data
   uint64_t rss_step_bytes = 64u << 20;  // an RSS event each time RSS moves this much
+  // On-CPU samples of the traced threads per second per CPU (the
+  // cpu_samples concern, cpu_sampler.h); 0: no sampler.
+  uint32_t sample_hz = 0;
   // Futex wakes are streamed at most once per thread and futex word this
   // often (0: every wake); who woke whom is counted exactly in kernel anyway.
   uint64_t futex_wake_sample_ns = 10'000'000;
@@ -120,6 +124,9 @@ class LiveTracer {
   // TracerModule::contribute for every concern, and the CUDA processes seen.
   void contribute(LiveObservation& o) const;
   uint64_t counter(int index) const;  // summed over CPUs (enum ht_counter)
+  // The on-CPU samples (LiveOptions::sample_hz): stops the sampler and hands
+  // over its counts, native stacks still as addresses. hz 0 when it did not run.
+  CpuSampler::Taken take_cpu_samples();
   // Symbolized later by the caller; raw addresses of a stack id, innermost first.
   std::vector<uint64_t> stack(int32_t stack_id) const;
 
@@ -132,6 +139,7 @@ class LiveTracer {
   std::vector<HookStatus> failed_;  // concerns that did not load or attach, with why
   bool hot_ = true;
   std::unique_ptr<MappedModules> mapped_;
+  std::unique_ptr<CpuSampler> sampler_;  // when the cpu_samples concern is active
   // Follows forks and execs in the records, for mapped_.
   void follow_processes(const void* data, size_t size);
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -246,6 +247,22 @@ class Walker {
 
 std::string stack_error(const std::string& reason) { return "failed to read Python stack: " + reason; }
 
+// The layout of the interpreter `loc` found in `pid`.
+Result<PyOffsets> offsets_of(const python::RuntimeLocation& loc, int pid) {
+  std::optional<PyOffsets> offsets = python::offsets_for(loc.major, loc.minor);
+  if (!offsets && loc.major == 3 && loc.minor >= 13) {
+    auto debug = python::offsets_from_debug(pid, loc.runtime, loc.major, loc.minor);
+    if (!debug)
+      return make_error(fmt::format("CPython {}.{} ({}) is not supported: {}", loc.major, loc.minor,
+                                    loc.binary, debug.error()));
+    offsets = std::move(*debug);
+  }
+  if (!offsets)
+    return make_error(fmt::format("CPython {}.{} ({}) is not supported (3.8 to 3.13 are)", loc.major,
+                                  loc.minor, loc.binary));
+  return *offsets;
+}
+
 // ---- pthread_t -> Linux TID (3.8-3.10) --------------------------------------
 
 // Before 3.11 a thread state knows its thread only as a pthread_t, which with
@@ -296,6 +313,78 @@ std::vector<int> pthread_tids(int pid, const std::vector<uint64_t>& pthreads,
   return out;
 }
 
+// ---- thread states ------------------------------------------------------------
+
+struct TState {
+  uint64_t addr;
+  std::vector<uint8_t> bytes;
+};
+
+struct ThreadStates {
+  std::vector<TState> tstates;
+  size_t interpreters = 0;  // 0: no interpreter (not initialized yet, or finalized)
+  std::string first_error;
+};
+
+// Every interpreter's thread states from `interp` on (_PyRuntime's
+// interpreters.head), bounded; `on_interp` sees each interpreter state's bytes.
+ThreadStates read_thread_states(Walker& walker, const PyOffsets& o, uint64_t interp,
+                                const std::function<void(const std::vector<uint8_t>&)>& on_interp = {}) {
+  ThreadStates out;
+  uint64_t interp_size = std::max({o.interp_next, o.interp_threads_head, o.interp_gil}) + 8;
+  std::unordered_set<uint64_t> seen_interps, seen_threads;
+  while (interp != 0 && seen_interps.size() < kMaxInterpreters) {
+    if (!seen_interps.insert(interp).second) break;
+    auto is = walker.read(interp, interp_size, "interpreter state");
+    if (!is) {
+      if (out.first_error.empty()) out.first_error = is.error();
+      break;
+    }
+    if (on_interp) on_interp(*is);
+    uint64_t tstate = load_u64(*is, o.interp_threads_head);
+    while (tstate != 0 && out.tstates.size() < kMaxThreads) {
+      if (!seen_threads.insert(tstate).second) break;
+      auto ts = walker.read(tstate, o.tstate_read_size, "thread state");
+      if (!ts) {
+        if (out.first_error.empty()) out.first_error = ts.error();
+        break;
+      }
+      uint64_t next = load_u64(*ts, o.tstate_next);
+      out.tstates.push_back({tstate, std::move(*ts)});
+      tstate = next;
+    }
+    interp = load_u64(*is, o.interp_next);
+  }
+  out.interpreters = seen_interps.size();
+  return out;
+}
+
+// The thread (Linux TID, 0: unknown) of each thread state; `tids`: the
+// process's threads, for versions that know a thread only by its pthread_t.
+std::vector<int> thread_state_tids(int pid, const PyOffsets& o, const std::vector<TState>& tstates,
+                                   const std::unordered_set<int>& tids) {
+  std::vector<int> out;
+  if (o.tstate_native_thread_id) {
+    for (const auto& ts : tstates)
+      out.push_back(static_cast<int>(load_u64(ts.bytes, o.tstate_native_thread_id)));
+    return out;
+  }
+  std::vector<uint64_t> pthreads;
+  for (const auto& ts : tstates) pthreads.push_back(load_u64(ts.bytes, o.tstate_thread_id));
+  return pthread_tids(pid, pthreads, tids);
+}
+
+// A running thread pushes and pops frames while we read: a walk that ran
+// into a freed frame is tried again on a fresh thread state.
+Result<std::vector<UserFrame>> walk_thread(Walker& walker, const PyOffsets& o, const TState& ts) {
+  auto frames = walker.stack(ts.bytes);
+  for (int attempt = 1; attempt < kWalkAttempts && !frames; ++attempt) {
+    auto again = walker.read(ts.addr, o.tstate_read_size, "thread state");
+    if (again) frames = walker.stack(*again);
+  }
+  return frames;
+}
+
 }  // namespace
 
 std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols,
@@ -313,17 +402,8 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
   };
   auto loc = python::find_runtime(fs, pid, use_symbols, maps);
   if (!loc) return fail_all(loc.error());
-  std::optional<PyOffsets> offsets = python::offsets_for(loc->major, loc->minor);
-  if (!offsets && loc->major == 3 && loc->minor >= 13) {
-    auto debug = python::offsets_from_debug(mem_pid, loc->runtime, loc->major, loc->minor);
-    if (!debug)
-      return fail_all(fmt::format("CPython {}.{} ({}) is not supported: {}", loc->major, loc->minor,
-                                  loc->binary, debug.error()));
-    offsets = std::move(*debug);
-  }
-  if (!offsets)
-    return fail_all(fmt::format("CPython {}.{} ({}) is not supported (3.8 to 3.13 are)", loc->major,
-                                loc->minor, loc->binary));
+  auto offsets = offsets_of(*loc, mem_pid);
+  if (!offsets) return fail_all(offsets.error());
   const PyOffsets& o = *offsets;
   Walker walker(mem_pid, o);
 
@@ -346,70 +426,31 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
     tids.insert(t.tid);
   }
 
-  struct TState {
-    uint64_t addr;
-    std::vector<uint8_t> bytes;
+  // 3.12+: each interpreter's own GIL.
+  auto note_gil = [&](const std::vector<uint8_t>& is) {
+    if (!o.interp_gil) return;
+    uint64_t gil = load_u64(is, o.interp_gil);
+    auto g = walker.read(gil, std::max(o.gil_last_holder + 8, o.gil_locked + 4), "GIL");
+    if (!g) return;
+    if (std::find(p.python_gils.begin(), p.python_gils.end(), gil) == p.python_gils.end())
+      p.python_gils.push_back(gil);
+    if (static_cast<int32_t>(load_u32(*g, o.gil_locked)) == 1)
+      gil_holders.insert(load_u64(*g, o.gil_last_holder));
   };
-  std::vector<TState> tstates;
-  uint64_t interp = load_u64(*runtime, o.runtime_interpreters_head);
-  uint64_t interp_size = std::max({o.interp_next, o.interp_threads_head, o.interp_gil}) + 8;
-  std::unordered_set<uint64_t> seen_interps, seen_threads;
-  std::string first_error;
-  while (interp != 0 && seen_interps.size() < kMaxInterpreters) {
-    if (!seen_interps.insert(interp).second) break;
-    auto is = walker.read(interp, interp_size, "interpreter state");
-    if (!is) {
-      if (first_error.empty()) first_error = is.error();
-      break;
-    }
-    if (o.interp_gil) {
-      uint64_t gil = load_u64(*is, o.interp_gil);
-      if (auto g = walker.read(gil, std::max(o.gil_last_holder + 8, o.gil_locked + 4), "GIL")) {
-        if (std::find(p.python_gils.begin(), p.python_gils.end(), gil) == p.python_gils.end())
-          p.python_gils.push_back(gil);
-        if (static_cast<int32_t>(load_u32(*g, o.gil_locked)) == 1)
-          gil_holders.insert(load_u64(*g, o.gil_last_holder));
-      }
-    }
-    uint64_t tstate = load_u64(*is, o.interp_threads_head);
-    while (tstate != 0 && tstates.size() < kMaxThreads) {
-      if (!seen_threads.insert(tstate).second) break;
-      auto ts = walker.read(tstate, o.tstate_read_size, "thread state");
-      if (!ts) {
-        if (first_error.empty()) first_error = ts.error();
-        break;
-      }
-      uint64_t next = load_u64(*ts, o.tstate_next);
-      tstates.push_back({tstate, std::move(*ts)});
-      tstate = next;
-    }
-    interp = load_u64(*is, o.interp_next);
-  }
-  if (seen_interps.empty()) return fail_all("no interpreter (not initialized yet, or finalized)");
+  ThreadStates states =
+      read_thread_states(walker, o, load_u64(*runtime, o.runtime_interpreters_head), note_gil);
+  if (states.interpreters == 0) return fail_all("no interpreter (not initialized yet, or finalized)");
   gil_holders.erase(0);
-
-  std::vector<int> tstate_tids;
-  if (o.tstate_native_thread_id) {
-    for (const auto& ts : tstates)
-      tstate_tids.push_back(static_cast<int>(load_u64(ts.bytes, o.tstate_native_thread_id)));
-  } else {
-    std::vector<uint64_t> pthreads;
-    for (const auto& ts : tstates) pthreads.push_back(load_u64(ts.bytes, o.tstate_thread_id));
-    tstate_tids = pthread_tids(mem_pid, pthreads, tids);
-  }
+  const std::vector<TState>& tstates = states.tstates;
+  const std::string& first_error = states.first_error;
+  std::vector<int> tstate_tids = thread_state_tids(mem_pid, o, tstates, tids);
 
   for (size_t i = 0; i < tstates.size(); ++i) {
     auto it = by_tid.find(tstate_tids[i]);
     if (tstate_tids[i] == 0 || it == by_tid.end()) continue;
     ThreadInfo& t = *it->second;
     t.holds_gil = gil_holders.count(tstates[i].addr) > 0;
-    // A running thread pushes and pops frames while we read: a walk that
-    // ran into a freed frame is tried again on a fresh thread state.
-    auto frames = walker.stack(tstates[i].bytes);
-    for (int attempt = 1; attempt < kWalkAttempts && !frames; ++attempt) {
-      auto again = walker.read(tstates[i].addr, o.tstate_read_size, "thread state");
-      if (again) frames = walker.stack(*again);
-    }
+    auto frames = walk_thread(walker, o, tstates[i]);
     if (frames) {
       t.python_stack = std::move(*frames);
       t.python_stack_error.clear();
@@ -419,6 +460,90 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
     }
   }
   return first_error;
+}
+
+// ---- one thread at a time (the sampler) ---------------------------------------
+
+struct PythonThreadStacks::Impl {
+  int pid = 0;
+  uint64_t runtime = 0;
+  PyOffsets o;
+  std::unique_ptr<Walker> walker;  // over `o`: declared after it
+  procfs::ProcFs fs;
+  std::unordered_map<int, uint64_t> tstates;  // tid -> its PyThreadState, as of the last scan
+  uint64_t last_scan_ns = 0;
+  bool scanned = false;
+  std::string scan_error;
+
+  // Re-reads the interpreters' thread lists (bounded: kMaxThreads).
+  void scan(uint64_t now_ns) {
+    last_scan_ns = now_ns;
+    scanned = true;
+    tstates.clear();
+    uint64_t size = o.runtime_interpreters_head + 8;
+    auto rt = walker->read(runtime, size, "_PyRuntime");
+    if (!rt) {
+      scan_error = rt.error();
+      return;
+    }
+    ThreadStates states = read_thread_states(*walker, o, load_u64(*rt, o.runtime_interpreters_head));
+    scan_error =
+        states.interpreters == 0 ? "no interpreter (not initialized yet, or finalized)" : states.first_error;
+    std::unordered_set<int> tids;
+    if (!o.tstate_native_thread_id) {
+      if (auto t = fs.tids(pid)) tids.insert(t->begin(), t->end());
+    }
+    std::vector<int> ids = thread_state_tids(pid, o, states.tstates, tids);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] > 0) tstates.emplace(ids[i], states.tstates[i].addr);
+  }
+
+  // The thread state of `tid` read now, if it still names `tid`.
+  std::optional<TState> read_tstate(int tid) {
+    auto it = tstates.find(tid);
+    if (it == tstates.end()) return std::nullopt;
+    auto bytes = walker->read(it->second, o.tstate_read_size, "thread state");
+    if (!bytes) return std::nullopt;
+    if (o.tstate_native_thread_id && static_cast<int>(load_u64(*bytes, o.tstate_native_thread_id)) != tid)
+      return std::nullopt;  // freed and reused for another thread
+    return TState{it->second, std::move(*bytes)};
+  }
+};
+
+Result<std::unique_ptr<PythonThreadStacks>> PythonThreadStacks::open(const procfs::ProcFs& fs, int pid,
+                                                                     const std::vector<Mapping>* maps) {
+  auto loc = python::find_runtime(fs, pid, true, maps);
+  if (!loc) return make_error(loc.error());
+  auto offsets = offsets_of(*loc, pid);
+  if (!offsets) return make_error(offsets.error());
+  std::unique_ptr<PythonThreadStacks> out(new PythonThreadStacks());
+  out->impl_ = std::make_unique<Impl>();
+  Impl& m = *out->impl_;
+  m.pid = pid;
+  m.runtime = loc->runtime;
+  m.o = std::move(*offsets);
+  m.walker = std::make_unique<Walker>(pid, m.o);
+  m.fs = fs;
+  return out;
+}
+
+PythonThreadStacks::PythonThreadStacks() = default;
+PythonThreadStacks::~PythonThreadStacks() = default;
+
+Result<std::vector<UserFrame>> PythonThreadStacks::stack(int tid, uint64_t now_ns) {
+  Impl& m = *impl_;
+  std::optional<TState> ts = m.read_tstate(tid);
+  if (!ts && (!m.scanned || now_ns - m.last_scan_ns >= kRescanNs)) {
+    m.scan(now_ns);
+    ts = m.read_tstate(tid);
+  }
+  if (!ts) {
+    if (!m.scan_error.empty()) return make_error(stack_error(m.scan_error));
+    return make_error("no Python thread state");
+  }
+  auto frames = walk_thread(*m.walker, m.o, *ts);
+  if (!frames) return make_error(stack_error(frames.error()));
+  return frames;
 }
 
 }  // namespace hangtrace

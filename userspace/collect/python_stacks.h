@@ -25,11 +25,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hangtrace/model.h"
 #include "hangtrace/procfs.h"
+#include "hangtrace/result.h"
 
 namespace hangtrace {
 
@@ -157,5 +159,33 @@ inline int linetable310_line(const uint8_t* table, size_t size, int first_line, 
 // read them already (a PyTorch process has ~2,000), else they are read here.
 std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols = true,
                                   const std::vector<Mapping>* maps = nullptr);
+
+// One process's Python stacks one thread at a time, for the on-CPU sampler
+// (cpu_sampler.h): _PyRuntime and the layout are found once, each thread's
+// PyThreadState is kept between calls and checked against the thread before
+// use, the code objects' names and line tables are cached. A thread not in
+// the kept list sends the walk back to the interpreters' thread lists at most
+// every kRescanNs (threads that run no Python -- a BLAS pool, OpenMP -- have
+// none and are answered from the last scan). The reads are those of
+// collect_python_stacks: bounded, every pointer checked.
+class PythonThreadStacks {
+ public:
+  static constexpr uint64_t kRescanNs = 1'000'000'000;
+  // An error when `pid` runs no supported CPython.
+  static Result<std::unique_ptr<PythonThreadStacks>> open(const procfs::ProcFs& fs, int pid,
+                                                          const std::vector<Mapping>* maps = nullptr);
+  ~PythonThreadStacks();
+  PythonThreadStacks(const PythonThreadStacks&) = delete;
+  PythonThreadStacks& operator=(const PythonThreadStacks&) = delete;
+  // Thread `tid`'s Python frames, innermost first (empty: it runs no Python
+  // code right now); an error when it has no thread state or the walk failed.
+  // `now_ns`: a monotonic clock, for the rescan interval.
+  Result<std::vector<UserFrame>> stack(int tid, uint64_t now_ns);
+
+ private:
+  PythonThreadStacks();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace hangtrace

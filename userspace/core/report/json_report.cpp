@@ -75,6 +75,10 @@ nlohmann::json live_json(const LiveObservation* live) {
           {"rss", rss},
           {"last_wakers", wakers},
           {"forked", live->forked},
+          {"cpu_samples",
+           {{"hz", live->cpu_samples.hz},
+            {"samples", live->cpu_samples.samples},
+            {"unreadable", live->cpu_samples.unreadable}}},
           {"gpu", report::gpu_json(*live)}};
 }
 
