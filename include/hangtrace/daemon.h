@@ -83,6 +83,16 @@ std::optional<std::string> exit_incident(int raw_status);
 // pin_memory, gloo, NCCL's watchdog), "worker" (descendant processes).
 const char* role_name(bool is_job_root, bool main_thread);
 const char* wait_kind_name(uint8_t kind);  // enum ht_wait_kind: "futex", "io", "net", ...
+// The stall cause (profile.h's names: "on-cpu", "dataloader", "storage-io",
+// ...) of a job's main thread as one sampled pass saw it: on a CPU, or
+// blocked in `call` on an fd of `fd_kind` (enum ht_obj_kind; HT_OBJ_UNKNOWN
+// for a call with no fd). Coarser than a live window's profile (no wakers):
+// a poll/select/epoll or pipe read of a main thread that has DataLoader
+// workers counts as waiting for batches, a futex as a lock, a socket as the
+// network, a regular file as storage; a sleep, or a timed wait ended by itself, as sleep.
+const char* sampled_main_cause(bool on_cpu, bool in_syscall, uint8_t wait_kind, bool timed, uint32_t fd_kind,
+                               bool has_workers);
+
 // Upper bounds (seconds) of the exported histogram buckets: powers of 4
 // microseconds, so each is a sum of whole in-kernel log2 buckets.
 const std::vector<double>& exported_bucket_bounds();

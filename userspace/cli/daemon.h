@@ -136,6 +136,9 @@ class Daemon {
   std::set<std::string> reported_hook_errors_;  // GPU uprobes that failed, said once each
   std::map<std::string, int> causes_seen_;
   uint64_t last_scan_ns_ = 0, last_metrics_ns_ = 0, last_nvml_round_ns_ = 0, last_sample_ns_ = 0;
+  uint64_t last_main_pass_ns_ = 0;  // the sampled pass that last split the main threads' time by cause
+  // A pass's view of each job's main thread, as its share of time by cause.
+  void add_main_thread_causes(const std::vector<TaskBrief>& briefs, uint64_t now);
   std::unique_ptr<WaitSampler> sampler_;
   HotPeriod hot_now_, hot_last_;
   uint64_t hot_attachments_ = 0;

@@ -54,6 +54,11 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
                "Time tracked threads spent blocked per wait, by role and wait kind (in kernel while the "
                "exact hooks are attached; else sampled: the waits of at least --sample-every)")
            .Register(r);
+  m->main_time_ = &BuildCounter()
+                       .Name("hangtrace_main_thread_seconds_total")
+                       .Help("Seconds the tracked jobs' main threads spent, by stall cause (on-cpu, dataloader, "
+                             "storage-io, network, lock, sleep, other), from the 1 s sampled passes")
+                       .Register(r);
   m->gpu_idle_ = &BuildCounter()
                       .Name("hangtrace_gpu_idle_seconds_total")
                       .Help("Seconds a GPU used by a tracked job was idle (NVML utilization <= 5%)")
@@ -148,6 +153,10 @@ void DaemonMetrics::observe_blocked(const std::string& role, const std::string& 
                                     const std::vector<double>& buckets, double sum_seconds) {
   prometheus::Histogram::BucketBoundaries bounds = daemon::exported_bucket_bounds();
   blocked_->Add({{"role", role}, {"wait", wait}}, bounds).ObserveMultiple(buckets, sum_seconds);
+}
+
+void DaemonMetrics::add_main_thread_time(const std::string& cause, double seconds) {
+  main_time_->Add({{"cause", cause}}).Increment(seconds);
 }
 
 void DaemonMetrics::add_gpu_idle(unsigned gpu, double seconds) {

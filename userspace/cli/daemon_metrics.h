@@ -35,6 +35,8 @@ class DaemonMetrics {
   void observe_blocked(const std::string& role, const std::string& wait, const std::vector<double>& buckets,
                        double sum_seconds);
   void add_gpu_idle(unsigned gpu, double seconds);
+  // A job's main thread's time, by stall cause (profile.h's names), from the sampled passes.
+  void add_main_thread_time(const std::string& cause, double seconds);
   void set_ring_counters(uint64_t events, uint64_t dropped);
   void set_self_usage(double cpu_seconds, double resident_bytes);
   void scan_took(double seconds);
@@ -56,6 +58,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* deaths_ = nullptr;
   prometheus::Family<prometheus::Histogram>* blocked_ = nullptr;
   prometheus::Family<prometheus::Counter>* gpu_idle_ = nullptr;
+  prometheus::Family<prometheus::Counter>* main_time_ = nullptr;
   prometheus::Family<prometheus::Counter>* events_ = nullptr;
   prometheus::Family<prometheus::Counter>* dropped_ = nullptr;
   prometheus::Family<prometheus::Counter>* cpu_ = nullptr;

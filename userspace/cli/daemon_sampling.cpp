@@ -123,6 +123,26 @@ void Daemon::sample_waits(uint64_t now) {
   for (const auto& [tid, n] : pass.woken_from_untimed)
     if (auto job = jobs_.find(tid); job != jobs_.end()) job->second.main_woken_sampled += n;
   for (const auto& w : pass.ended) record_sampled_wait(w);
+  add_main_thread_causes(*briefs, now);
+}
+
+void Daemon::add_main_thread_causes(const std::vector<TaskBrief>& briefs, uint64_t now) {
+  // Each pass stands for the time since the one before (at most a few
+  // periods: a stalled daemon does not make one pass stand for minutes).
+  const uint64_t since = last_main_pass_ns_ ? now - last_main_pass_ns_ : 0;
+  last_main_pass_ns_ = now;
+  if (!since || since > 5'000'000'000ull) return;
+  std::map<int, size_t> processes;  // root -> processes of its job
+  for (const auto& [pid, root] : job_of_) ++processes[root];
+  for (const TaskBrief& b : briefs) {
+    if (b.tid != b.tgid || !jobs_.count(b.tgid)) continue;  // the main thread of a job's root
+    const SampledCall call = classify_sampled_call(b.syscall_nr, b.syscall_args);
+    const uint32_t fd_kind = call.is_wait && call.fd >= 0 ? sampled_fd_info(b.tgid, call.fd).obj_kind : static_cast<uint32_t>(HT_OBJ_UNKNOWN);
+    metrics_->add_main_thread_time(
+        daemon::sampled_main_cause(b.on_cpu, b.syscall_nr >= 0 && call.is_wait, call.wait_kind, call.timed, fd_kind,
+                                   processes[b.tgid] > 1),
+        static_cast<double>(since) / 1e9);
+  }
 }
 
 }  // namespace hangtrace::cli

@@ -1,5 +1,8 @@
 #include "hangtrace/daemon.h"
 
+#include "hangtrace/abi.h"
+#include "hangtrace/profile.h"
+
 #include "hangtrace/text.h"
 
 #include <sys/wait.h>
@@ -183,6 +186,27 @@ const char* wait_kind_name(uint8_t kind) {
       return "sleep";
     default:
       return "other";
+  }
+}
+
+const char* sampled_main_cause(bool on_cpu, bool in_syscall, uint8_t wait_kind, bool timed, uint32_t fd_kind,
+                               bool has_workers) {
+  if (on_cpu) return stall_cause_name(StallCause::OnCpu);
+  if (!in_syscall) return stall_cause_name(StallCause::Other);
+  if (fd_kind == HT_OBJ_FILE) return stall_cause_name(StallCause::StorageIo);
+  if (fd_kind == HT_OBJ_SOCKET || wait_kind == HT_WAIT_NET) return stall_cause_name(StallCause::Network);
+  switch (wait_kind) {
+    case HT_WAIT_SLEEP:
+      return stall_cause_name(StallCause::Sleep);
+    case HT_WAIT_POLL:
+    case HT_WAIT_IO:
+      if (has_workers && (fd_kind == HT_OBJ_PIPE || fd_kind == HT_OBJ_UNKNOWN))
+        return stall_cause_name(StallCause::DataLoader);
+      return stall_cause_name(timed ? StallCause::Sleep : StallCause::Other);
+    case HT_WAIT_FUTEX:
+      return stall_cause_name(StallCause::Lock);
+    default:
+      return stall_cause_name(StallCause::Other);
   }
 }
 
