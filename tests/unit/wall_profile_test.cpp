@@ -145,7 +145,8 @@ TEST(WallProfile, AwkwardSharesStillAddUpExactlyForEveryRank) {
                  cause(StallCause::OnCpu, 2.222222222, rank.window_ns),
                  cause(StallCause::Runnable, 1.111111111, rank.window_ns),
                  cause(StallCause::Gpu, 1.111111111, rank.window_ns)};
-  rank.on_cpu_frames = {{"a.py:1 f", 1, 1.0 / 3}, {"a.py:2 g", 1, 1.0 / 3}, {"h", 1, 1.0 / 3}};
+  rank.on_cpu_frames = {
+      {"a.py:1 f", 1, 1.0 / 3}, {"a.py g;memcpy", 1, 1.0 / 3}, {"h;do_syscall_64_[k]", 1, 1.0 / 3}};
   p.mains.push_back(rank);
   PathStep root;
   root.label = "rank 1 110 (python3)";
@@ -170,6 +171,14 @@ TEST(WallProfile, AwkwardSharesStillAddUpExactlyForEveryRank) {
   // 3.333333333 s of 7.777777777 s is 3333333.43 of its 7777778 µs, and the
   // largest remainder takes the µs the rounding left.
   EXPECT_EQ(peers_us, 3'333'334u);
+  // Sampled frames by kind: Python with and without a line, native, kernel.
+  std::map<std::string, FrameKind> kinds;
+  for (const auto& s : f.stacks)
+    for (const auto& fr : s.frames) kinds[fr.name] = fr.kind;
+  EXPECT_EQ(kinds["f (a.py:1)"], FrameKind::Python);
+  EXPECT_EQ(kinds["g (a.py)"], FrameKind::Python);
+  EXPECT_EQ(kinds["memcpy"], FrameKind::Native);
+  EXPECT_EQ(kinds["do_syscall_64"], FrameKind::Kernel);
   EXPECT_TRUE(build_wall_folded(StallProfile{}).stacks.empty());
 }
 

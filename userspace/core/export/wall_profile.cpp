@@ -48,21 +48,29 @@ std::vector<uint64_t> apportion(uint64_t total, const std::vector<uint64_t>& wei
   return parts;
 }
 
-// A sampled frame, "file.py:LINE func" (Python) or a native function name,
-// named as the other exports name frames.
+// A sampled frame as CpuSamples writes it -- Python "file.py:LINE func" or
+// "file.py func", kernel "name_[k]", native the function (or module+0xOFF)
+// -- named as the other exports name frames.
 FoldedFrame sampled_frame(const std::string& text) {
+  if (text.ends_with("_[k]") && text.size() > 4)
+    return {clean_frame_name(text.substr(0, text.size() - 4)), FrameKind::Kernel, "", 0};
   size_t space = text.find(' ');
-  size_t colon = space == std::string::npos ? std::string::npos : text.rfind(':', space);
-  if (colon != std::string::npos && colon > 0) {
-    std::string file = text.substr(0, colon);
-    std::string line = text.substr(colon + 1, space - colon - 1);
-    bool digits =
-        !line.empty() && std::all_of(line.begin(), line.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (digits && file.ends_with(".py")) {
+  if (space != std::string::npos && space > 0) {
+    std::string file = text.substr(0, space);
+    int line = 0;
+    if (size_t colon = file.rfind(':'); colon != std::string::npos) {
+      std::string digits = file.substr(colon + 1);
+      if (!digits.empty() && digits.size() < 10 &&
+          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        line = std::stoi(digits);
+        file.resize(colon);
+      }
+    }
+    if (file.ends_with(".py")) {
       UserFrame f;
       f.kind = UserFrame::Kind::Python;
       f.file = file;
-      f.line = std::stoi(line.substr(0, 9));
+      f.line = line;
       f.function = text.substr(space + 1);
       return user_frame(f);
     }
