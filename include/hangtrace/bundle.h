@@ -12,6 +12,7 @@
 //   stacks.folded   folded stacks of blocked time
 //   flamegraph.svg  the flame graph of the same
 //   trace.json      Chrome/Perfetto timeline
+//   wall.folded, wall-flamegraph.svg  a live window's wall time by cause (only with a stall profile)
 //   recorder.json   the flight recorder: the job's significant events before the incident
 #pragma once
 
@@ -34,6 +35,9 @@ inline constexpr const char* kBundleSchema = "hangtrace-bundle/1";
 
 // The files every bundle has, in the order they are written (meta.json last).
 const std::vector<std::string>& bundle_file_names();
+// The files a bundle has when it can (written before the others): those of a
+// live window's stall profile.
+const std::vector<std::string>& optional_bundle_file_names();
 
 struct BundleMeta {
   std::string schema = kBundleSchema;

@@ -1,10 +1,12 @@
 // Postmortem exports: the blocked time of every thread as folded stacks, and
 // the same data as an SVG flame graph, a speedscope profile and a Chrome Trace
-// Event timeline (docs/exports.md). Pure functions of a Snapshot, its
+// Event timeline; the main threads' wall time by cause (from the stall
+// profile) as folded stacks and a flame graph (docs/exports.md). Pure functions of a Snapshot, its
 // Diagnosis and the optional live observation; the CLI writes the files.
 // One file per format under userspace/core/export/: folded.cpp,
-// flamegraph.cpp (+ flamegraph.js, flamegraph.css), speedscope.cpp,
-// chrome_trace.cpp; what they share in export/common.h.
+// wall_profile.cpp (wall time by cause), flamegraph.cpp (+ flamegraph.js,
+// flamegraph.css), speedscope.cpp, chrome_trace.cpp; what they share in
+// export/common.h.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "hangtrace/analysis.h"
 #include "hangtrace/live.h"
 #include "hangtrace/model.h"
+#include "hangtrace/profile.h"
 
 namespace hangtrace {
 
@@ -59,6 +62,15 @@ struct FoldedProfile {
 FoldedProfile build_folded(const Snapshot& snapshot, const Diagnosis* diagnosis,
                            const LiveObservation* live = nullptr);
 
+// Wall time by cause (docs/exports.md): each main thread of a live window's
+// stall profile (hangtrace/profile.h) as stacks, root first: the thread (its
+// path label) ; the cause ; under a cause the path steps whose threads ended
+// those waits, each with its own causes scaled to the part of the wait it
+// ended, recursively ; the objects waited on as leaves ; on-CPU time by
+// sampled stack. Each main thread's values add up to its window (µs). Empty
+// without a profile.
+FoldedProfile build_wall_folded(const StallProfile& profile);
+
 // Brendan Gregg's folded format: "frame;frame;... VALUE\n" per stack.
 std::string render_folded(const FoldedProfile& profile);
 
@@ -68,13 +80,20 @@ struct FlameGraphOptions {
   int width = 1200;
   int frame_height = 16;
   double min_width_px = 0.1;  // narrower frames are left out
+  std::string measure = "blocked time";  // what a frame's width is, in the legend
 };
 // A self-contained interactive SVG: hover for details, click to zoom, search.
 std::string render_flamegraph_svg(const FoldedProfile& profile, const FlameGraphOptions& options = {});
 
+// The flame graph of wall time by cause: titled "<target>: wall time by
+// cause", `subtitle` below, frame widths in wall time.
+FlameGraphOptions wall_flamegraph_options(const std::string& target, const std::string& subtitle);
+
 // speedscope's file format (https://www.speedscope.app/file-format-schema.json):
-// one "sampled" profile per thread, weights in microseconds.
-nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string& name);
+// one "sampled" profile per thread, weights in microseconds; with
+// `wall_time` (build_wall_folded), one more per main thread after those.
+nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string& name,
+                                 const FoldedProfile* wall_time = nullptr);
 
 // Chrome Trace Event pids of the GPU tracks (docs/gpu.md): device N is pid
 // kTraceGpuPidBase + N, its stream S is tid S + 1 (tid 0: the device itself,
@@ -87,7 +106,9 @@ inline constexpr int kTraceInterruptPid = 999'999'999;
 // Chrome Trace Event JSON (Perfetto, chrome://tracing): one track per thread,
 // blocked intervals and the current wait as complete events, wakeups as flows,
 // deaths as instant events; with `live`, its GPU work on device and stream
-// tracks. Timestamps: CLOCK_MONOTONIC microseconds.
+// tracks, and, when `diagnosis` has a stall profile, flows along its critical
+// path (each wakeup that ended a path thread's wait, to that wait's end) and
+// the main threads' shares by cause. Timestamps: CLOCK_MONOTONIC microseconds.
 nlohmann::json render_chrome_trace(const Snapshot& snapshot, const Diagnosis* diagnosis,
                                    const LiveObservation* live = nullptr);
 

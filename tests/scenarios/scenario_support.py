@@ -656,6 +656,8 @@ def read_bundle_meta(path):
 
 BUNDLE_FILES = ["report.txt", "report.json", "snapshot.json", "stacks.folded", "flamegraph.svg",
                 "trace.json", "recorder.json", "meta.json"]
+# Only when the bundle's diagnosis has a stall profile (bundle.h: optional_bundle_file_names).
+OPTIONAL_BUNDLE_FILES = ["wall.folded", "wall-flamegraph.svg"]
 
 
 # ---- slow jobs (issue 18): the workload's ground truth vs the stall profile --------

@@ -20,7 +20,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from scenario_support import (wait_for, BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
+from scenario_support import (wait_for, BUNDLE_FILES, OPTIONAL_BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
                               free_port,
                               parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1,
                               hangtrace_bin, wait_until_blocked, workload)
@@ -49,7 +49,7 @@ class FleetTestCase(ScenarioTestCase):
 
     def assertWholeBundle(self, path, may_be_empty=()):
         self.assertEqual(os.path.dirname(path), self.bundles)
-        names = sorted(os.listdir(path))
+        names = sorted(n for n in os.listdir(path) if n not in OPTIONAL_BUNDLE_FILES)
         self.assertEqual(names, sorted(BUNDLE_FILES), path)
         for name in BUNDLE_FILES:
             if name not in may_be_empty:

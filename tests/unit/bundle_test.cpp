@@ -83,6 +83,30 @@ TEST(Bundle, WritesEveryFileAndReadsBack) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
 }
 
+TEST(Bundle, ALiveWindowsStallProfileAddsTheWallTimeFlameGraph) {
+  TempDir dir;
+  Snapshot s = rank_snapshot();
+  Diagnosis d = diagnose(s);
+  ThreadProfile main;
+  main.pid = main.tid = 4242;
+  main.comm = "python3";
+  main.window_ns = 5'000'000'000ull;
+  main.causes = {{StallCause::Collective, main.window_ns, 1.0, {}, {}}};
+  d.profile.window_ns = main.window_ns;
+  d.profile.mains.push_back(main);
+  BundleContent c = render_bundle(s, d, nullptr, bundle_meta_for(s, d, "manual"), {});
+  EXPECT_EQ(c.files["wall.folded"], "python3/4242;collective 5000000\n");
+  auto path = write_bundle(dir.path, "x", c);
+  ASSERT_TRUE(path) << path.error();
+  for (const auto& f : optional_bundle_file_names()) EXPECT_GT(fs::file_size(fs::path(*path) / f), 0u) << f;
+  std::ifstream svg(fs::path(*path) / "wall-flamegraph.svg");
+  std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("wall time by cause"), std::string::npos);
+  // Without one (a snapshot alone), the bundle has none of them.
+  BundleContent plain = content_for(s, "hang");
+  for (const auto& f : optional_bundle_file_names()) EXPECT_EQ(plain.files.count(f), 0u) << f;
+}
+
 TEST(Bundle, SameNameTwiceGetsACounter) {
   TempDir dir;
   BundleContent c = content_for(rank_snapshot(), "hang");

@@ -48,6 +48,7 @@ struct Options {
   std::string save_snapshot_path;
   std::string from_snapshot_path;
   std::string folded_path, flamegraph_path, speedscope_path, trace_path;  // postmortem exports
+  std::string wall_folded_path, wall_flamegraph_path;  // wall time by cause (live windows)
   std::string bundle_parent;  // --bundle DIR: also write a postmortem bundle under DIR
   int verbosity = 0;
   bool no_bpf = false;

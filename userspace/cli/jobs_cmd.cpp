@@ -151,7 +151,8 @@ int run_jobs(const Options& opt) {
       o.json_reports = opt.json_path.empty() ? nullptr : &reports;
       if (i > 0)
         for (std::string* path :
-             {&o.save_snapshot_path, &o.folded_path, &o.flamegraph_path, &o.speedscope_path, &o.trace_path})
+             {&o.save_snapshot_path, &o.folded_path, &o.flamegraph_path, &o.speedscope_path, &o.trace_path,
+              &o.wall_folded_path, &o.wall_flamegraph_path})
           *path = path_for_job(*path, r.root);
       if (opt.json_path != "-")
         std::printf("%s==== job %zu of %zu: %s ====\n", i ? "\n" : "", i + 1, requests.size(),

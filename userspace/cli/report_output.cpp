@@ -54,9 +54,10 @@ namespace {
 bool write_exports(const Snapshot& snap, const Diagnosis& d, const Options& opt, const LiveObservation* live,
                    std::string* error) {
   if (opt.folded_path.empty() && opt.flamegraph_path.empty() && opt.speedscope_path.empty() &&
-      opt.trace_path.empty())
+      opt.trace_path.empty() && opt.wall_folded_path.empty() && opt.wall_flamegraph_path.empty())
     return true;
   FoldedProfile folded = build_folded(snap, &d, live);
+  FoldedProfile wall = build_wall_folded(d.profile);
   std::string name = fmt::format("hangtrace: pid {}", snap.target_pid);
   if (const ProcessInfo* p = snap.process(snap.target_pid); p && !p->comm.empty())
     name = fmt::format("hangtrace: {} (pid {})", p->comm, snap.target_pid);
@@ -67,12 +68,23 @@ bool write_exports(const Snapshot& snap, const Diagnosis& d, const Options& opt,
     fo.subtitle = d.verdict.summary;
     if (!write_output(opt.flamegraph_path, render_flamegraph_svg(folded, fo), error)) return false;
   }
+  if ((!opt.wall_folded_path.empty() || !opt.wall_flamegraph_path.empty()) && d.profile.empty())
+    std::fprintf(stderr,
+                 "hangtrace: no stall profile (it needs a live window: --duration S or -- COMMAND): "
+                 "the wall-time exports are empty\n");
+  if (!opt.wall_folded_path.empty() && !write_output(opt.wall_folded_path, render_folded(wall), error))
+    return false;
+  if (!opt.wall_flamegraph_path.empty()) {
+    std::string svg = render_flamegraph_svg(wall, wall_flamegraph_options(name, d.verdict.summary));
+    if (!write_output(opt.wall_flamegraph_path, svg, error)) return false;
+  }
   // A comm is raw bytes: invalid UTF-8 is replaced, not thrown on.
   auto dump = [](const nlohmann::json& j) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   };
   if (!opt.speedscope_path.empty() &&
-      !write_output(opt.speedscope_path, dump(render_speedscope(folded, name)), error))
+      !write_output(opt.speedscope_path,
+                    dump(render_speedscope(folded, name, d.profile.empty() ? nullptr : &wall)), error))
     return false;
   if (!opt.trace_path.empty() &&
       !write_output(opt.trace_path, dump(render_chrome_trace(snap, &d, live)), error))

@@ -63,6 +63,11 @@ const std::vector<std::string>& bundle_file_names() {
   return names;
 }
 
+const std::vector<std::string>& optional_bundle_file_names() {
+  static const std::vector<std::string> names = {"wall.folded", "wall-flamegraph.svg"};
+  return names;
+}
+
 BundleMeta bundle_meta_for(const Snapshot& snap, const Diagnosis& d, const std::string& trigger) {
   BundleMeta m;
   m.trigger = trigger;
@@ -163,6 +168,14 @@ BundleContent render_bundle(const Snapshot& snap, const Diagnosis& d, const Live
       fmt::format("hangtrace: {} (pid {}) on {}: blocked time", meta.job_comm, meta.job_pid, meta.hostname);
   fo.subtitle = fmt::format("{}: {}", meta.trigger, d.verdict.summary);
   c.files["flamegraph.svg"] = render_flamegraph_svg(folded, fo);
+  if (!d.profile.empty()) {  // a live window: wall time by cause (optional_bundle_file_names)
+    FoldedProfile wall = build_wall_folded(d.profile);
+    c.files["wall.folded"] = render_folded(wall);
+    c.files["wall-flamegraph.svg"] = render_flamegraph_svg(
+        wall, wall_flamegraph_options(
+                  fmt::format("hangtrace: {} (pid {}) on {}", meta.job_comm, meta.job_pid, meta.hostname),
+                  fo.subtitle));
+  }
   c.files["trace.json"] = dump(render_chrome_trace(snap, &d, live), -1);
   c.files["recorder.json"] = dump(recorder, 1);
   c.files["meta.json"] = dump(bundle_meta_to_json(meta), 2);
@@ -192,8 +205,12 @@ Result<std::string> write_bundle(const std::string& parent, const std::string& n
     std::filesystem::remove_all(tmp, ec);
     return make_error(why);
   };
-  // meta.json last: a directory with a meta.json was written whole, even
-  // read in place by a tool that ignores the rename.
+  // The optional files first, then the others; meta.json last: a directory
+  // with a meta.json was written whole, even read in place by a tool that
+  // ignores the rename.
+  for (const std::string& file : optional_bundle_file_names())
+    if (auto it = content.files.find(file); it != content.files.end())
+      if (auto r = write_new_file(tmp + "/" + file, it->second); !r) return abandon(r.error());
   for (const std::string& file : bundle_file_names()) {
     auto it = content.files.find(file);
     if (it == content.files.end())

@@ -1,11 +1,16 @@
 // The Chrome Trace Event timeline (Perfetto, chrome://tracing; docs/exports.md
 // and, for the GPU tracks, docs/gpu.md): one track per thread with its
-// blocked intervals and its wait at the snapshot, wakeups as flows, deaths as
-// instant events; GPU work on device and stream tracks.
+// blocked intervals and its wait at the snapshot, wakeups as flows (along the
+// stall profile's critical path: to the end of each wait they ended), deaths
+// as instant events, the main threads' shares by cause; GPU work on device
+// and stream tracks.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -90,11 +95,25 @@ class Trace {
                        {"ts", to.ts}});
   }
   // A counter ("C") on a process track.
-  void add_counter(int pid, const char* name, double ts, json values) {
+  void add_counter(int pid, const std::string& name, double ts, json values) {
     events_.push_back(
         {{"ph", "C"}, {"name", name}, {"pid", pid}, {"tid", 0}, {"ts", ts}, {"args", std::move(values)}});
   }
   void add(json event) { events_.push_back(std::move(event)); }
+
+  // A slice for one end of a flow to bind to at ts: none when one already
+  // encloses it, else 1 µs (cut short before a slice that starts within it).
+  void anchor(int pid, int tid, double ts, const std::string& name, json args) {
+    if (enclosed(pid, tid, ts)) return;
+    double dur = 1.0;
+    if (auto it = slices_.find({pid, tid}); it != slices_.end())
+      for (const auto& [a, b] : it->second)
+        if (a > ts && a < ts + dur) dur = a - ts;
+    add_slice(pid, tid, ts, dur, name, "wakeup", std::move(args));
+  }
+
+  // Wakeups already drawn (wakee, time, waker), so that none is drawn twice.
+  std::set<std::tuple<int, uint64_t, int>> drawn_wakeups;
 
   // The metadata (names of every track that has events) first, then the events.
   json all_events(const Snapshot& snap) {
@@ -281,6 +300,118 @@ void add_current_waits(const Snapshot& snap, const Diagnosis* d, double sample_u
     }
 }
 
+// The track a wakeup's waker is drawn on: its thread, or the interrupt track
+// for a wakeup from interrupt context (no task, or a timer or packet that hit
+// whatever task ran).
+std::pair<int, int> waker_track(const LiveObservation& live, const TraceEvent& ev, Trace& trace) {
+  if (woken_from_interrupt(live, ev)) {
+    trace.track(kTraceInterruptPid, 0, "interrupt context", "interrupt");
+    return {kTraceInterruptPid, 0};
+  }
+  const Identities& ids = trace.ids();
+  Who w = ids.of(ev.waker_tid);
+  trace.track(ev.waker_tgid, ev.waker_tid, ids.process_comm(ev.waker_tgid),
+              w.thread_comm != "?" ? w.thread_comm : (ev.waker_comm.empty() ? "?" : ev.waker_comm));
+  return {ev.waker_tgid, ev.waker_tid};
+}
+
+// Flow ids of the critical path, above those of the other flows (wakeups
+// count from 1, GPU launches use 32-bit correlation ids).
+constexpr uint64_t kPathFlowIdBase = uint64_t{1} << 32;
+constexpr size_t kMaxPathFlows = 4096;
+
+// The threads of the critical path, in path order (the main threads first),
+// and after them the relays: threads of a path process that woke a path
+// thread (a DataLoader worker's feeder between the worker and main).
+std::vector<int> path_threads(const StallProfile& profile, const LiveObservation& live) {
+  std::vector<int> tids;
+  std::set<int> seen, pids;
+  std::vector<const PathStep*> todo;
+  for (auto it = profile.paths.rbegin(); it != profile.paths.rend(); ++it) todo.push_back(&*it);
+  while (!todo.empty()) {
+    const PathStep* s = todo.back();
+    todo.pop_back();
+    for (int t : s->tids)
+      if (seen.insert(t).second) tids.push_back(t);
+    pids.insert(s->pids.begin(), s->pids.end());
+    for (auto it = s->next.rbegin(); it != s->next.rend(); ++it) todo.push_back(&*it);
+  }
+  const size_t path_size = tids.size();
+  for (size_t i = 0; i < path_size; ++i) {
+    auto w = live.recent_wakeups.find(tids[i]);
+    if (w == live.recent_wakeups.end()) continue;
+    for (const auto& ev : w->second)
+      if (pids.count(ev.waker_tgid) && !woken_from_interrupt(live, ev) && seen.insert(ev.waker_tid).second)
+        tids.push_back(ev.waker_tid);
+  }
+  return tids;
+}
+
+// The critical path's wakeups: for each blocked interval of a path thread
+// that a recorded wakeup fell into (the latest one, which ended it), a flow
+// from the waker at the wakeup to the end of the interval.
+void add_path_flows(const StallProfile& profile, const LiveObservation& live, Trace& trace) {
+  const Identities& ids = trace.ids();
+  uint64_t flows = 0;
+  for (int tid : path_threads(profile, live)) {
+    auto blocked = live.blocked.find(tid);
+    auto wakeups = live.recent_wakeups.find(tid);
+    if (blocked == live.blocked.end() || wakeups == live.recent_wakeups.end()) continue;
+    const int pid = trace.track_of(tid);
+    const std::string wakee_name = fmt::format("{}/{}", ids.of(tid).thread_comm, tid);
+    for (const auto& b : blocked->second) {
+      if (b.end_ns <= b.start_ns) continue;
+      const TraceEvent* ended = nullptr;
+      for (const auto& ev : wakeups->second)
+        if (b.start_ns <= ev.ts_ns && ev.ts_ns <= b.end_ns && ev.waker_tid != tid) ended = &ev;
+      if (!ended) continue;
+      if (flows == kMaxPathFlows) return;
+      auto [waker_pid, waker_tid] = waker_track(live, *ended, trace);
+      double ts = us(ended->ts_ns);
+      trace.anchor(waker_pid, waker_tid, ts, "wakes " + wakee_name, {{"wakee_tid", tid}, {"wakee_pid", pid}});
+      // Just inside the wait's end, so that the flow binds to it.
+      double end = std::max(us(b.start_ns), us(b.end_ns) - 0.001);
+      trace.add_flow("critical_path", kPathFlowIdBase + flows++, {waker_pid, waker_tid, ts}, {pid, tid, end});
+      trace.drawn_wakeups.insert({tid, ended->ts_ns, ended->waker_tid});
+    }
+  }
+}
+
+// Each main thread's split of the window: a counter of the shares (%) over
+// the window, and an instant at its end that names them.
+void add_cause_shares(const StallProfile& profile, Trace& trace) {
+  for (size_t i = 0; i < profile.mains.size(); ++i) {
+    const ThreadProfile& m = profile.mains[i];
+    if (!m.window_ns) continue;
+    json values = json::object();
+    std::vector<std::string> words;
+    for (const auto& c : m.causes) {
+      values[stall_cause_name(c.cause)] = c.share * 100.0;
+      words.push_back(fmt::format("{} {:.0f}%", stall_cause_name(c.cause), c.share * 100.0));
+    }
+    const int pid = m.pid ? m.pid : trace.track_of(m.tid);
+    trace.track(pid, m.tid, trace.ids().process_comm(pid), m.comm.empty() ? "?" : m.comm);
+    std::string name = fmt::format("wall time by cause % (tid {})", m.tid);
+    trace.add_counter(pid, name, us(profile.start_ns), values);
+    trace.add_counter(pid, name, us(profile.end_ns), values);
+    json args = {{"shares", values}, {"window_s", static_cast<double>(m.window_ns) / 1e9}};
+    if (i < profile.paths.size()) {
+      json path = json::array();
+      for (const auto& s : profile.paths[i].next)
+        path.push_back({{"via", stall_cause_name(s.via)}, {"label", s.label}, {"share", s.share_of_parent}});
+      args["path"] = path;
+    }
+    trace.add({{"ph", "i"},
+               {"s", "t"},
+               {"name", fmt::format("wall time: {}", fmt::join(words, ", "))},
+               {"cat", "profile"},
+               {"pid", pid},
+               {"tid", m.tid},
+               {"ts", us(profile.end_ns)},
+               {"args", std::move(args)}});
+  }
+}
+
 // Wakeups: a flow from the waker (a 1 µs "wakes" slice there unless a slice
 // already encloses the moment) to the wakee's wait it ended.
 void add_wakeups(const LiveObservation& live, Trace& trace) {
@@ -288,26 +419,16 @@ void add_wakeups(const LiveObservation& live, Trace& trace) {
   uint64_t flow_id = 0;
   for (const auto& [wakee, ev] : live.last_waker) {
     int wakee_pid = trace.track_of(wakee);
-    int waker_pid = ev.waker_tgid, waker_tid = ev.waker_tid;
-    if (waker_pid == 0) {
-      waker_pid = kTraceInterruptPid;
-      waker_tid = 0;
-      trace.track(waker_pid, waker_tid, "interrupt context", "interrupt");
-    } else {
-      Who w = ids.of(waker_tid);
-      trace.track(waker_pid, waker_tid, ids.process_comm(waker_pid),
-                  w.thread_comm != "?" ? w.thread_comm : (ev.waker_comm.empty() ? "?" : ev.waker_comm));
-    }
+    auto [waker_pid, waker_tid] = waker_track(live, ev, trace);
     double ts = us(ev.ts_ns);
     std::string wakee_name = fmt::format("{}/{}", ids.of(wakee).thread_comm, wakee);
     std::string waker_name = waker_frame_name(ev);
     ++flow_id;
-    if (!trace.enclosed(waker_pid, waker_tid, ts))
-      trace.add_slice(waker_pid, waker_tid, ts, 1.0, "wakes " + wakee_name, "wakeup",
-                      {{"wakee_tid", wakee}, {"wakee_pid", wakee_pid}});
-    if (!trace.enclosed(wakee_pid, wakee, ts))
-      trace.add_slice(wakee_pid, wakee, ts, 1.0, "woken by " + waker_name, "wakeup",
-                      {{"waker_tid", ev.waker_tid}, {"waker_pid", ev.waker_tgid}});
+    if (trace.drawn_wakeups.count({wakee, ev.ts_ns, ev.waker_tid})) continue;  // on the critical path
+    trace.anchor(waker_pid, waker_tid, ts, "wakes " + wakee_name,
+                 {{"wakee_tid", wakee}, {"wakee_pid", wakee_pid}});
+    trace.anchor(wakee_pid, wakee, ts, "woken by " + waker_name,
+                 {{"waker_tid", ev.waker_tid}, {"waker_pid", ev.waker_tgid}});
     trace.add_flow("wakeup", flow_id, {waker_pid, waker_tid, ts}, {wakee_pid, wakee, ts});
   }
 }
@@ -367,6 +488,10 @@ json render_chrome_trace(const Snapshot& snap, const Diagnosis* d, const LiveObs
     }
   if (live) add_gpu_tracks(*live, trace);
   add_current_waits(snap, d, sample_us, last_end_us, trace);
+  if (live && d && !d->profile.empty()) {
+    add_path_flows(d->profile, *live, trace);
+    add_cause_shares(d->profile, trace);
+  }
   if (live) {
     add_wakeups(*live, trace);
     add_deaths(*live, trace);

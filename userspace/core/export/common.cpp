@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+
 #include "hangtrace/text.h"
 
 namespace hangtrace::exports_detail {
@@ -14,6 +16,15 @@ std::string clean_frame_name(const std::string& s) {
   for (char c : s) out += c == ';' ? ':' : (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
   while (!out.empty() && out.back() == ' ') out.pop_back();
   return out.empty() ? "?" : out;
+}
+
+std::string folded_key(const std::vector<FoldedFrame>& frames) {
+  std::string key;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (i) key += ';';
+    key += frames[i].name;
+  }
+  return key;
 }
 
 FoldedFrame synthetic_frame(const std::string& name) {
@@ -39,6 +50,28 @@ FoldedFrame user_frame(const UserFrame& f) {
     out.name = fmt::format("0x{:x}", f.addr);
   }
   return out;
+}
+
+namespace {
+
+// x86 and arm64 entry points of hard and soft interrupts.
+bool is_interrupt_entry(std::string_view fn) {
+  return fn.starts_with("asm_sysvec_") || fn.starts_with("asm_common_interrupt") ||
+         fn.starts_with("common_interrupt") || fn == "handle_softirqs" || fn == "__do_softirq" ||
+         fn == "irq_exit_rcu" || fn.starts_with("el1_interrupt") || fn.starts_with("el0_interrupt");
+}
+
+}  // namespace
+
+bool woken_from_interrupt(const LiveObservation& live, const TraceEvent& e) {
+  if (e.waker_tgid == 0) return true;
+  auto it = live.kernel_stacks.find(e.kstack_id);
+  if (it == live.kernel_stacks.end()) return false;
+  for (const auto& k : it->second) {
+    std::string_view fn = k.symbol;
+    if (is_interrupt_entry(fn.substr(0, fn.find('+')))) return true;
+  }
+  return false;
 }
 
 std::string waker_frame_name(const TraceEvent& e) {

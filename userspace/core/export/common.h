@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/exports.h"
@@ -20,11 +21,19 @@ namespace hangtrace::exports_detail {
 // go; an empty name is "?".
 std::string clean_frame_name(const std::string& name);
 
+// A stack as folded text: its frames' names, root first, ';'-joined.
+std::string folded_key(const std::vector<FoldedFrame>& frames);
+
 // A frame hangtrace makes up: process, thread, "--", a waker, a live wait.
 FoldedFrame synthetic_frame(const std::string& name);
 // "fn (file.py:12)" for Python; the symbol, else "module.so+0xOFF", else the
 // address for native frames.
 FoldedFrame user_frame(const UserFrame& f);
+
+// Whether a wakeup came from interrupt context (a timer, a packet): no task,
+// or the waker's kernel stack passes through a hard or soft interrupt entry
+// (the "waker" is then whatever task the interrupt hit).
+bool woken_from_interrupt(const LiveObservation& live, const TraceEvent& wakeup);
 
 // A waker as a frame names it: "comm/tid", "interrupt" without a task.
 std::string waker_frame_name(const TraceEvent& e);

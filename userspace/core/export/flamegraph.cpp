@@ -127,9 +127,9 @@ std::string render_flamegraph_svg(const FoldedProfile& profile, const FlameGraph
                      pad, height - 22);
   out += fmt::format(
       R"(<text x="{}" y="{}" fill="#777" font-size="10">)"
-      R"(kernel: orange, native: red, Python: green, hangtrace: blue; width = blocked time</text>)"
+      R"(kernel: orange, native: red, Python: green, hangtrace: blue; width = {}</text>)"
       "\n",
-      pad, height - 6);
+      pad, height - 6, xml_escape(opt.measure));
 
   // Depth-first, children in name order: x is the fraction of the total before the frame.
   struct Item {

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <map>
-#include <string_view>
 #include <utility>
 
 #include "common.h"
@@ -22,27 +21,11 @@ FoldedFrame kernel_frame(const KernelFrame& k) {
   return {clean_frame_name(name), FrameKind::Kernel, "", 0};
 }
 
-// x86 and arm64 entry points of hard and soft interrupts.
-bool is_interrupt_entry(std::string_view fn) {
-  return fn.starts_with("asm_sysvec_") || fn.starts_with("asm_common_interrupt") ||
-         fn.starts_with("common_interrupt") || fn == "handle_softirqs" || fn == "__do_softirq" ||
-         fn == "irq_exit_rcu" || fn.starts_with("el1_interrupt") || fn.starts_with("el0_interrupt");
-}
-
 // The frames of a live stack id, innermost first; nullptr when it was not resolved.
 template <typename Map, typename Key>
 const auto* live_stack(const Map& stacks, const Key& key) {
   auto it = stacks.find(key);
   return it == stacks.end() ? nullptr : &it->second;
-}
-
-std::string folded_key(const std::vector<FoldedFrame>& frames) {
-  std::string key;
-  for (size_t i = 0; i < frames.size(); ++i) {
-    if (i) key += ';';
-    key += frames[i].name;
-  }
-  return key;
 }
 
 // A stack on its way into the profile, with what placing a waker needs.
@@ -127,13 +110,9 @@ void add_waker(const LiveObservation& live, Entry& target, const TraceEvent& ev,
   // A wakeup from interrupt context (a timer, a packet) has "woken by"
   // whatever task the interrupt hit: the kernel stack shows the
   // interrupt, and that task's user stack means nothing here.
-  bool in_interrupt = ev.waker_tgid == 0;
+  bool in_interrupt = woken_from_interrupt(live, ev);
   if (const auto* kernel = live_stack(live.kernel_stacks, ev.kstack_id))
-    for (const auto& k : *kernel) {
-      FoldedFrame f = kernel_frame(k);
-      in_interrupt = in_interrupt || is_interrupt_entry(f.name);
-      fr.push_back(std::move(f));
-    }
+    for (const auto& k : *kernel) fr.push_back(kernel_frame(k));
   if (!in_interrupt)
     if (const auto* user = live_stack(live.user_stacks, std::make_pair(ev.waker_tid, ev.ustack_id)))
       for (const auto& f : *user) fr.push_back(user_frame(f));

@@ -10,7 +10,8 @@
 
 namespace hangtrace {
 
-nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string& name) {
+nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string& name,
+                                 const FoldedProfile* wall_time) {
   using nlohmann::json;
   json frames = json::array();
   std::map<FoldedFrame, size_t> index;
@@ -28,31 +29,41 @@ nlohmann::json render_speedscope(const FoldedProfile& profile, const std::string
     }
     return it->second;
   };
-  // One profile per thread: its stacks without the process frame.
-  std::map<std::pair<int, int>, std::vector<const FoldedStack*>> by_thread;
-  for (const auto& s : profile.stacks) by_thread[{s.pid, s.tid}].push_back(&s);
   json profiles = json::array();
-  for (const auto& [key, stacks] : by_thread) {
-    json samples = json::array(), weights = json::array();
-    uint64_t sum = 0;
-    std::string title;
-    for (const FoldedStack* s : stacks) {
-      json stack = json::array();
-      for (size_t i = 1; i < s->frames.size(); ++i) stack.push_back(frame_index(s->frames[i]));
-      if (title.empty() && s->frames.size() >= 2)
-        title = fmt::format("{} in {}", s->frames[1].name, s->frames[0].name);
-      samples.push_back(stack);
-      weights.push_back(s->value_us);
-      sum += s->value_us;
+  // One profile per thread, its stacks from frame `first` on, titled by `title_of` a stack.
+  auto add_profiles = [&](const FoldedProfile& p, size_t first, auto title_of) {
+    std::map<std::pair<int, int>, std::vector<const FoldedStack*>> by_thread;
+    for (const auto& s : p.stacks) by_thread[{s.pid, s.tid}].push_back(&s);
+    for (const auto& [key, stacks] : by_thread) {
+      json samples = json::array(), weights = json::array();
+      uint64_t sum = 0;
+      std::string title;
+      for (const FoldedStack* s : stacks) {
+        json stack = json::array();
+        for (size_t i = first; i < s->frames.size(); ++i) stack.push_back(frame_index(s->frames[i]));
+        if (title.empty()) title = title_of(*s);
+        samples.push_back(stack);
+        weights.push_back(s->value_us);
+        sum += s->value_us;
+      }
+      profiles.push_back({{"type", "sampled"},
+                          {"name", title.empty() ? fmt::format("thread {}", key.second) : title},
+                          {"unit", "microseconds"},
+                          {"startValue", 0},
+                          {"endValue", sum},
+                          {"samples", samples},
+                          {"weights", weights}});
     }
-    profiles.push_back({{"type", "sampled"},
-                        {"name", title.empty() ? fmt::format("thread {}", key.second) : title},
-                        {"unit", "microseconds"},
-                        {"startValue", 0},
-                        {"endValue", sum},
-                        {"samples", samples},
-                        {"weights", weights}});
-  }
+  };
+  // Blocked time: without the process frame.
+  add_profiles(profile, 1, [](const FoldedStack& s) {
+    return s.frames.size() >= 2 ? fmt::format("{} in {}", s.frames[1].name, s.frames[0].name) : std::string();
+  });
+  // Wall time by cause: the main thread's frame first.
+  if (wall_time)
+    add_profiles(*wall_time, 0, [](const FoldedStack& s) {
+      return s.frames.empty() ? std::string() : fmt::format("wall time by cause: {}", s.frames[0].name);
+    });
   return {{"$schema", "https://www.speedscope.app/file-format-schema.json"},
           {"shared", {{"frames", frames}}},
           {"profiles", profiles},
