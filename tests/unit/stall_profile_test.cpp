@@ -58,7 +58,8 @@ struct WindowBuilder {
     o.wait_totals[tid].push_back(w);
     return o.wait_totals[tid].back();
   }
-  WaitTotal& futex(int pid, int tid, uint64_t uaddr, double seconds, uint64_t calls, int waker_pid, int waker_tid) {
+  WaitTotal& futex(int pid, int tid, uint64_t uaddr, double seconds, uint64_t calls, int waker_pid,
+                   int waker_tid) {
     WaitTotal& w = wait(pid, tid, HT_EV_FUTEX_WAIT, HT_NR_futex, seconds, calls, waker_pid, waker_tid);
     w.object = uaddr;
     return w;

@@ -61,8 +61,8 @@ void Aggregator::add_wait_total(const WaitRecord& record) {
   const TraceEvent* waker = nullptr;
   if (!timed_out) {
     auto it = obs_.last_waker.find(w.tid);
-    if (it != obs_.last_waker.end() && it->second.waker_tgid > 0 && it->second.ts_ns <= w.end_ns + 1'000'000 &&
-        it->second.ts_ns + kWakeupSlackNs >= w.start_ns) {
+    if (it != obs_.last_waker.end() && it->second.waker_tgid > 0 &&
+        it->second.ts_ns <= w.end_ns + 1'000'000 && it->second.ts_ns + kWakeupSlackNs >= w.start_ns) {
       waker = &it->second;
       waker_pid = waker->waker_tgid;
       waker_tid = waker->waker_tid;
@@ -74,7 +74,7 @@ void Aggregator::add_wait_total(const WaitRecord& record) {
   if (w.obj_kind == HT_OBJ_FILE && w.mnt_id) {
     size_t slash = w.file.find('/', w.file.starts_with("/") ? 1 : 0);  // the root's name is "/"
     dir = slash == std::string_view::npos ? std::string_view{} : w.file.substr(0, slash);
-    object = (std::hash<std::string_view>{}(dir) * 1000003u) ^ w.mnt_id;
+    object = (std::hash<std::string_view>{}(dir)*1000003u) ^ w.mnt_id;
   }
   auto found = obs_.wait_totals.find(w.tid);
   if (found == obs_.wait_totals.end()) {

@@ -63,7 +63,9 @@ constexpr double kMinStepShare = 0.05;  // a path step below this share of its p
 
 // Where "dir/name" splits: the parent's name never holds a '/', except the
 // root's, "/" ("//name").
-size_t name_separator(std::string_view dir_name) { return dir_name.find('/', dir_name.starts_with("/") ? 1 : 0); }
+size_t name_separator(std::string_view dir_name) {
+  return dir_name.find('/', dir_name.starts_with("/") ? 1 : 0);
+}
 
 bool contains_any(const std::string& s, std::initializer_list<const char*> needles) {
   for (const char* n : needles)
@@ -83,6 +85,21 @@ struct Accumulated {
   uint32_t buckets[HT_HIST_BUCKETS] = {};
   std::string mount_point, fstype, source;
   std::vector<std::string> files;
+
+  // Adds `from`, its time as `ns` (scaled by the caller); keeps the first mount and a few files.
+  void merge(const Accumulated& from, uint64_t from_ns) {
+    ns += from_ns;
+    calls += from.calls;
+    for (int i = 0; i < HT_HIST_BUCKETS; ++i) buckets[i] += from.buckets[i];
+    if (mount_point.empty()) {
+      mount_point = from.mount_point;
+      fstype = from.fstype;
+      source = from.source;
+    }
+    for (const auto& f : from.files)
+      if (files.size() < kMaxObjects && std::find(files.begin(), files.end(), f) == files.end())
+        files.push_back(f);
+  }
 };
 
 uint64_t bucket_quantile_ns(const uint32_t* buckets, uint64_t calls, double q) {
@@ -220,7 +237,8 @@ class Profiler {
     for (const auto& p : snap_.processes) {
       if (p.role == ProcessRole::Peer) continue;
       std::string role = job_role_label(snap_, &p);
-      if ((role == "main" || role.starts_with("rank ")) && live_.thread_times.count(p.pid)) out.push_back(p.pid);
+      if ((role == "main" || role.starts_with("rank ")) && live_.thread_times.count(p.pid))
+        out.push_back(p.pid);
     }
     if (out.empty() && live_.thread_times.count(snap_.target_pid)) out.push_back(snap_.target_pid);
     return out;
@@ -400,18 +418,9 @@ class Profiler {
         StallCause c = classify(tid, w);
         Accumulated probe;
         std::string what = what_of(tid, w, &probe);
-        Accumulated& a = objects[c][what];
-        if (a.mount_point.empty()) {
-          a.mount_point = probe.mount_point;
-          a.fstype = probe.fstype;
-          a.source = probe.source;
-        }
-        for (const auto& f : probe.files)
-          if (a.files.size() < kMaxObjects && std::find(a.files.begin(), a.files.end(), f) == a.files.end())
-            a.files.push_back(f);
-        a.ns += w.sum_ns;
-        a.calls += w.count;
-        for (int i = 0; i < HT_HIST_BUCKETS; ++i) a.buckets[i] += w.buckets[i];
+        probe.calls = w.count;
+        for (int i = 0; i < HT_HIST_BUCKETS; ++i) probe.buckets[i] = w.buckets[i];
+        objects[c][what].merge(probe, w.sum_ns);
         waits[c] += w.sum_ns;
         waited += w.sum_ns;
         if (w.waker_tid && w.waker_tid != tid) wakers[c][w.waker_tid] += w.sum_ns;
@@ -432,20 +441,7 @@ class Profiler {
     }
     g.ns[StallCause::Other] += window - used;
     for (auto& [c, objs] : objects)
-      for (auto& [what, a] : objs) {
-        Accumulated& to = g.objects[c][what];
-        to.ns += scaled(a.ns);
-        to.calls += a.calls;
-        for (int i = 0; i < HT_HIST_BUCKETS; ++i) to.buckets[i] += a.buckets[i];
-        if (to.mount_point.empty()) {
-          to.mount_point = a.mount_point;
-          to.fstype = a.fstype;
-          to.source = a.source;
-        }
-        for (const auto& f : a.files)
-          if (to.files.size() < kMaxObjects && std::find(to.files.begin(), to.files.end(), f) == to.files.end())
-            to.files.push_back(f);
-      }
+      for (auto& [what, a] : objs) g.objects[c][what].merge(a, scaled(a.ns));
     for (auto& [c, by] : wakers)
       for (auto& [w, ns] : by) g.wakers[c][w] += scaled(ns);
     g.window_ns += window;
@@ -478,7 +474,8 @@ class Profiler {
           o.files = a.files;
           s.objects.push_back(std::move(o));
         }
-        std::sort(s.objects.begin(), s.objects.end(), [](const auto& a, const auto& b) { return a.ns > b.ns; });
+        std::sort(s.objects.begin(), s.objects.end(),
+                  [](const auto& a, const auto& b) { return a.ns > b.ns; });
         if (s.objects.size() > kMaxObjects) s.objects.resize(kMaxObjects);
       }
       if (auto it = g.wakers.find(c); it != g.wakers.end()) {
@@ -533,7 +530,8 @@ class Profiler {
       if (wt == live_.wait_totals.end() || tt == live_.thread_times.end()) return tid;
       std::map<int, uint64_t> by_waker;
       for (const WaitTotal& w : wt->second)
-        if (w.waker_tid && w.waker_tid != tid && w.waker_pid == pid_of(tid)) by_waker[w.waker_tid] += w.sum_ns;
+        if (w.waker_tid && w.waker_tid != tid && w.waker_pid == pid_of(tid))
+          by_waker[w.waker_tid] += w.sum_ns;
       auto best = std::max_element(by_waker.begin(), by_waker.end(),
                                    [](const auto& a, const auto& b) { return a.second < b.second; });
       const uint64_t window = thread_window(tt->second);
@@ -561,8 +559,8 @@ class Profiler {
     std::set<int> pids;
     for (int t : tids) pids.insert(pid_of(t));
     if (pids.size() == 1)
-      return fmt::format("{} {} of {} {} ({})", tids.size() > 1 ? "threads" : "thread", fmt::join(ids, ", "), role, pid,
-                         comm);
+      return fmt::format("{} {} of {} {} ({})", tids.size() > 1 ? "threads" : "thread", fmt::join(ids, ", "),
+                         role, pid, comm);
     return fmt::format("threads {} ({})", fmt::join(ids, ", "), comm);
   }
 
@@ -574,7 +572,8 @@ class Profiler {
     s.depth = depth;
     s.via = via;
     s.ended_ns = ended_ns;
-    s.share_of_parent = parent_window ? static_cast<double>(ended_ns) / static_cast<double>(parent_window) : 0;
+    s.share_of_parent =
+        parent_window ? static_cast<double>(ended_ns) / static_cast<double>(parent_window) : 0;
     s.label = label_of(tids);
     s.tids = tids;
     for (int t : tids)
@@ -601,8 +600,8 @@ class Profiler {
         int worker = cause == StallCause::Lock ? waker : follow_relays(waker);
         // A DataLoader worker's work runs in its main thread; its other
         // threads (the queue's feeder, the fd sharer) only pass it on.
-        if (cause == StallCause::DataLoader && pid_of(worker) != worker && pid_of(worker) != pid_of(tids.front()) &&
-            live_.thread_times.count(pid_of(worker)))
+        if (cause == StallCause::DataLoader && pid_of(worker) != worker &&
+            pid_of(worker) != pid_of(tids.front()) && live_.thread_times.count(pid_of(worker)))
           worker = pid_of(worker);
         if (visited.count(worker) || visited.count(waker)) continue;
         const int wpid = pid_of(worker);

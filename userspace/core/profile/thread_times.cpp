@@ -8,8 +8,9 @@
 
 namespace hangtrace {
 
-void read_thread_times(const procfs::ProcFs& proc, const std::set<int>& tgids, uint64_t now_ns, bool window_start,
-                       std::map<int, ThreadTimes>& times, std::map<int, procfs::Schedstat>& first) {
+void read_thread_times(const procfs::ProcFs& proc, const std::set<int>& tgids, uint64_t now_ns,
+                       bool window_start, std::map<int, ThreadTimes>& times,
+                       std::map<int, procfs::Schedstat>& first) {
   for (int pid : tgids) {
     auto tids = proc.tids(pid);
     if (!tids) continue;

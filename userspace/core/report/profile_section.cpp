@@ -40,7 +40,8 @@ nlohmann::json causes_json(const std::vector<CauseShare>& causes) {
 
 nlohmann::json frames_json(const std::vector<FrameShare>& frames) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& f : frames) out.push_back({{"stack", f.stack}, {"samples", f.samples}, {"share", f.share}});
+  for (const auto& f : frames)
+    out.push_back({{"stack", f.stack}, {"samples", f.samples}, {"share", f.share}});
   return out;
 }
 
@@ -63,7 +64,8 @@ nlohmann::json step_json(const PathStep& s) {
 std::string shares_line(const std::vector<CauseShare>& causes) {
   std::vector<std::string> parts;
   for (const auto& c : causes)
-    if (c.share >= 0.01) parts.push_back(fmt::format("{} {:.0f}%", stall_cause_name(c.cause), c.share * 100.0));
+    if (c.share >= 0.01)
+      parts.push_back(fmt::format("{} {:.0f}%", stall_cause_name(c.cause), c.share * 100.0));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -76,15 +78,16 @@ void render_step(const PathStep& s, int verbosity, const LineSink& line) {
                      stall_cause_name(s.via), shares_line(s.causes)));
   size_t shown = 0;
   for (const auto& c : s.causes) {
-    if (c.cause == StallCause::OnCpu || c.cause == StallCause::Runnable || c.cause == StallCause::Other) continue;
+    if (c.cause == StallCause::OnCpu || c.cause == StallCause::Runnable || c.cause == StallCause::Other)
+      continue;
     if (c.share < 0.05 || (shown >= 2 && verbosity < 1)) break;
     for (size_t i = 0; i < c.objects.size() && i < (verbosity > 0 ? c.objects.size() : 1); ++i) {
       const auto& o = c.objects[i];
-      line(fmt::format("{}    {} {:.2f} s: {}{}", indent, stall_cause_name(c.cause), seconds(o.ns), o.what,
-                       o.calls ? fmt::format(" ({} calls, median ~{:.1f} ms, p90 ~{:.1f} ms)", o.calls,
-                                             static_cast<double>(o.median_ns) / 1e6,
-                                             static_cast<double>(o.p90_ns) / 1e6)
-                               : ""));
+      line(fmt::format(
+          "{}    {} {:.2f} s: {}{}", indent, stall_cause_name(c.cause), seconds(o.ns), o.what,
+          o.calls ? fmt::format(" ({} calls, median ~{:.1f} ms, p90 ~{:.1f} ms)", o.calls,
+                                static_cast<double>(o.median_ns) / 1e6, static_cast<double>(o.p90_ns) / 1e6)
+                  : ""));
     }
     ++shown;
   }
@@ -97,7 +100,8 @@ void render_step(const PathStep& s, int verbosity, const LineSink& line) {
 }  // namespace
 
 nlohmann::json profile_json(const StallProfile& p) {
-  nlohmann::json threads = nlohmann::json::array(), paths = nlohmann::json::array(), locks = nlohmann::json::array();
+  nlohmann::json threads = nlohmann::json::array(), paths = nlohmann::json::array(),
+                 locks = nlohmann::json::array();
   for (const auto& t : p.mains)
     threads.push_back({{"pid", t.pid},
                        {"tid", t.tid},

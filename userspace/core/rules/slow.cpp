@@ -40,12 +40,14 @@ std::string causes_text(const std::vector<CauseShare>& causes, size_t at_most = 
   std::vector<std::string> parts;
   for (const auto& c : causes) {
     if (parts.size() >= at_most || c.share < 0.05) break;
-    std::string where = c.objects.empty() ? std::string(stall_cause_name(c.cause)) : object_text(c.objects.front());
+    std::string where =
+        c.objects.empty() ? std::string(stall_cause_name(c.cause)) : object_text(c.objects.front());
     if (c.cause == StallCause::OnCpu) where = "on CPU";
     if (c.cause == StallCause::Runnable) where = "waiting for a CPU";
-    parts.push_back(fmt::format("{} {}", pct(c.share), c.cause == StallCause::OnCpu || c.cause == StallCause::Runnable
-                                                           ? where
-                                                           : fmt::format("in {}", where)));
+    parts.push_back(fmt::format("{} {}", pct(c.share),
+                                c.cause == StallCause::OnCpu || c.cause == StallCause::Runnable
+                                    ? where
+                                    : fmt::format("in {}", where)));
   }
   return fmt::format("{}", fmt::join(parts, "; "));
 }
@@ -66,8 +68,8 @@ void add_cause_evidence(Finding& f, const std::string& who, const std::vector<Ca
   std::vector<std::string> parts;
   for (const auto& c : causes)
     parts.push_back(fmt::format("{} {} ({:.2f} s)", stall_cause_name(c.cause), pct(c.share), seconds(c.ns)));
-  f.evidence.push_back(
-      fmt::format("{}: {} of {:.2f} s: {}", who, "time", seconds(window_ns), fmt::format("{}", fmt::join(parts, ", "))));
+  f.evidence.push_back(fmt::format("{}: {} of {:.2f} s: {}", who, "time", seconds(window_ns),
+                                   fmt::format("{}", fmt::join(parts, ", "))));
 }
 
 const PathStep* step_via(const PathStep& s, StallCause via) {
@@ -104,20 +106,25 @@ std::vector<std::string> loader_advice(const RuleContext& ctx, const PathStep* l
   StallCause top = loaders && !loaders->causes.empty() ? loaders->causes.front().cause : StallCause::Other;
   if (top == StallCause::StorageIo) {
     advice.push_back(
-        "the workers wait on file reads: copy the dataset to local disk or RAM first, or pack the small files "
+        "the workers wait on file reads: copy the dataset to local disk or RAM first, or pack the small "
+        "files "
         "into a few large ones (WebDataset/TFRecord shards, LMDB) read sequentially");
-    advice.push_back(fmt::format("overlap more reads: raise DataLoader num_workers{} and prefetch_factor", now));
+    advice.push_back(
+        fmt::format("overlap more reads: raise DataLoader num_workers{} and prefetch_factor", now));
   } else if (top == StallCause::OnCpu || top == StallCause::Runnable) {
     advice.push_back(fmt::format(
-        "the workers are CPU-bound in __getitem__: raise DataLoader num_workers{} if CPUs are free, or make the "
+        "the workers are CPU-bound in __getitem__: raise DataLoader num_workers{} if CPUs are free, or make "
+        "the "
         "per-sample work cheaper (pre-decode/resize the dataset offline, decode on the GPU, e.g. DALI or "
         "torchvision.io.decode_jpeg(device='cuda'))",
         now));
   } else {
-    advice.push_back(fmt::format("raise DataLoader num_workers{} and prefetch_factor so batches are ready ahead", now));
+    advice.push_back(
+        fmt::format("raise DataLoader num_workers{} and prefetch_factor so batches are ready ahead", now));
   }
-  advice.push_back("persistent_workers=True keeps workers (and their warm caches) across epochs; pin_memory=True "
-                   "with .to(device, non_blocking=True) overlaps the host-to-GPU copy");
+  advice.push_back(
+      "persistent_workers=True keeps workers (and their warm caches) across epochs; pin_memory=True "
+      "with .to(device, non_blocking=True) overlaps the host-to-GPU copy");
   return advice;
 }
 
@@ -131,7 +138,8 @@ void loader_findings(const RuleContext& ctx, const ThreadProfile& main, const Pa
   // io-bound: the loaders (or main itself) mostly in file I/O.
   const PathStep* io_step = nullptr;
   double io_share = 0;
-  if (loaders && starved >= opt.data_starved_share && share_of(loaders->causes, StallCause::StorageIo) >= opt.io_bound_share) {
+  if (loaders && starved >= opt.data_starved_share &&
+      share_of(loaders->causes, StallCause::StorageIo) >= opt.io_bound_share) {
     io_step = loaders;
     io_share = share_of(loaders->causes, StallCause::StorageIo);
   } else if (share_of(main.causes, StallCause::StorageIo) >= opt.io_bound_share) {
@@ -148,10 +156,11 @@ void loader_findings(const RuleContext& ctx, const ThreadProfile& main, const Pa
     f.summary = io_step == &path
                     ? fmt::format("{} spent {} of the {:.1f} s window in {}", who, pct(io_share),
                                   seconds(main.window_ns), top ? object_text(*top) : "file I/O")
-                    : fmt::format("{} spent {} of their time in {}; {} waited {} of the {:.1f} s window for their "
-                                  "batches",
-                                  io_step->label, pct(io_share), top ? object_text(*top) : "file I/O", who,
-                                  pct(starved), seconds(main.window_ns));
+                    : fmt::format(
+                          "{} spent {} of their time in {}; {} waited {} of the {:.1f} s window for their "
+                          "batches",
+                          io_step->label, pct(io_share), top ? object_text(*top) : "file I/O", who,
+                          pct(starved), seconds(main.window_ns));
     f.details["share"] = io_share;
     f.details["main_share"] = io_step == &path ? io_share : starved;
     f.details["mount_point"] = top ? top->mount_point : "";
@@ -162,15 +171,17 @@ void loader_findings(const RuleContext& ctx, const ThreadProfile& main, const Pa
     f.details["p90_ms"] = top ? static_cast<double>(top->p90_ns) / 1e6 : 0.0;
     f.details["calls"] = top ? top->calls : 0;
     if (top)
-      f.evidence.push_back(fmt::format("{} calls took {:.2f} s in all; per call median ~{}, p90 ~{}", top->calls,
-                                       seconds(top->ns), ms(top->median_ns), ms(top->p90_ns)));
+      f.evidence.push_back(fmt::format("{} calls took {:.2f} s in all; per call median ~{}, p90 ~{}",
+                                       top->calls, seconds(top->ns), ms(top->median_ns), ms(top->p90_ns)));
     add_cause_evidence(f, io_step->label, io_step->causes, io_step->window_ns);
     f.chain.push_back({who, "waits for", io_step == &path ? "file I/O" : io_step->label});
     if (top) f.chain.push_back({io_step->label, "waits in", top->what});
-    const bool network_fs = top && (procfs::is_network_fstype(top->fstype) || procfs::is_fuse_fstype(top->fstype));
+    const bool network_fs =
+        top && (procfs::is_network_fstype(top->fstype) || procfs::is_fuse_fstype(top->fstype));
     f.advice.push_back(
         "cache the data locally: copy the dataset to a local disk or /dev/shm before training (or on first "
-        "read), or pack the many small files into large shards read sequentially (WebDataset, TFRecord, LMDB)");
+        "read), or pack the many small files into large shards read sequentially (WebDataset, TFRecord, "
+        "LMDB)");
     if (network_fs)
       f.advice.push_back(fmt::format(
           "{} is a {} mount: every small read is a round trip to its server; check its latency there (the "
@@ -187,8 +198,9 @@ void loader_findings(const RuleContext& ctx, const ThreadProfile& main, const Pa
   std::string feeders = loaders ? fmt::format(" from {}", loaders->label) : "";
   std::string doing = loaders ? fmt::format("; they spent {}", causes_text(loaders->causes)) : "";
   std::string frames = loaders ? frames_text(loaders->on_cpu_frames) : "";
-  f.summary = fmt::format("{} waited {} of the {:.1f} s window for DataLoader batches{}{}{}", who, pct(starved),
-                          seconds(main.window_ns), feeders, doing, frames.empty() ? "" : fmt::format(" ({})", frames));
+  f.summary = fmt::format("{} waited {} of the {:.1f} s window for DataLoader batches{}{}{}", who,
+                          pct(starved), seconds(main.window_ns), feeders, doing,
+                          frames.empty() ? "" : fmt::format(" ({})", frames));
   f.details["share"] = starved;
   std::vector<int> workers;
   if (loaders) workers = loaders->pids;
@@ -199,8 +211,9 @@ void loader_findings(const RuleContext& ctx, const ThreadProfile& main, const Pa
     f.chain.push_back({who, "waits for", loaders->label});
     if (!loaders->causes.empty())
       f.chain.push_back({loaders->label, "waits in",
-                         loaders->causes.front().objects.empty() ? stall_cause_name(loaders->causes.front().cause)
-                                                                 : loaders->causes.front().objects.front().what});
+                         loaders->causes.front().objects.empty()
+                             ? stall_cause_name(loaders->causes.front().cause)
+                             : loaders->causes.front().objects.front().what});
     add_cause_evidence(f, loaders->label, loaders->causes, loaders->window_ns);
   }
   add_cause_evidence(f, who, main.causes, main.window_ns);
@@ -235,9 +248,10 @@ void lock_findings(const RuleContext& ctx, const StallProfile& p, std::vector<Fi
     for (const auto& [h, ns] : q.holders) holders.push_back(h);
     std::vector<std::string> labels;
     for (size_t i = 0; i < contending.size() && i < 4; ++i) labels.push_back(ctx.thread_label(contending[i]));
-    f.summary = fmt::format("{} threads queue on {} in {}: each waits {} of the window on average (up to {}): {}{}",
-                            contending.size(), q.what, ctx.thread_label(q.pid), pct(mean), pct(top_share),
-                            fmt::format("{}", fmt::join(labels, ", ")), contending.size() > 4 ? ", ..." : "");
+    f.summary =
+        fmt::format("{} threads queue on {} in {}: each waits {} of the window on average (up to {}): {}{}",
+                    contending.size(), q.what, ctx.thread_label(q.pid), pct(mean), pct(top_share),
+                    fmt::format("{}", fmt::join(labels, ", ")), contending.size() > 4 ? ", ..." : "");
     f.details["share"] = mean;
     f.details["max_share"] = top_share;
     f.details["lock"] = q.what;
@@ -251,18 +265,22 @@ void lock_findings(const RuleContext& ctx, const StallProfile& p, std::vector<Fi
       if (t == p.threads.end()) continue;
       std::vector<CauseShare> rest;
       for (const auto& c : t->second.causes)
-        if (!(c.cause == StallCause::Lock && !c.objects.empty() && c.objects.front().what == q.what)) rest.push_back(c);
+        if (!(c.cause == StallCause::Lock && !c.objects.empty() && c.objects.front().what == q.what))
+          rest.push_back(c);
       f.evidence.push_back(fmt::format("holder {}: {}", ctx.thread_label(holders[i]), causes_text(rest)));
     }
     f.chain.push_back({ctx.thread_label(contending.front()), "waits on", q.what});
-    f.chain.push_back({q.what, "can be released by", holders.empty() ? "?" : ctx.thread_label(holders.front())});
-    f.advice.push_back(fmt::format(
-        "shorten the critical section of {}: do the slow part (I/O, sleeps, heavy compute) outside the lock, or "
-        "split the lock / give each thread its own state",
-        q.what));
+    f.chain.push_back(
+        {q.what, "can be released by", holders.empty() ? "?" : ctx.thread_label(holders.front())});
+    f.advice.push_back(
+        fmt::format("shorten the critical section of {}: do the slow part (I/O, sleeps, heavy compute) "
+                    "outside the lock, or "
+                    "split the lock / give each thread its own state",
+                    q.what));
     if (q.what.starts_with("the GIL"))
-      f.advice.push_back("GIL-bound threads: move the work to processes (DataLoader workers, multiprocessing) or to "
-                         "code that releases the GIL");
+      f.advice.push_back(
+          "GIL-bound threads: move the work to processes (DataLoader workers, multiprocessing) or to "
+          "code that releases the GIL");
     out.push_back(std::move(f));
   }
 }
@@ -312,14 +330,16 @@ void gpu_idle_findings(const RuleContext& ctx, const StallProfile& p, std::vecto
     std::vector<CauseShare> host;
     for (const auto& c : m.causes)
       if (c.cause != StallCause::Gpu) host.push_back(c);
-    f.summary = fmt::format("GPU {} was idle (utilization <= {}%) in {} of the window; meanwhile {} spent {}", device,
-                            ctx.opt.gpu_idle_util_pct, pct(share), ctx.thread_label(m.tid), causes_text(host));
+    f.summary =
+        fmt::format("GPU {} was idle (utilization <= {}%) in {} of the window; meanwhile {} spent {}", device,
+                    ctx.opt.gpu_idle_util_pct, pct(share), ctx.thread_label(m.tid), causes_text(host));
     f.details["share"] = share;
     f.details["device"] = device;
     f.details["host_cause"] = host.empty() ? "" : stall_cause_name(host.front().cause);
     add_cause_evidence(f, ctx.thread_label(m.tid), m.causes, m.window_ns);
-    f.advice.push_back("the GPU waits for the host: fix what the main thread spends its time on (the findings "
-                       "above); overlap it with the GPU (prefetching loaders, non_blocking copies, CUDA graphs)");
+    f.advice.push_back(
+        "the GPU waits for the host: fix what the main thread spends its time on (the findings "
+        "above); overlap it with the GPU (prefetching loaders, non_blocking copies, CUDA graphs)");
     out.push_back(std::move(f));
   }
 }
@@ -337,7 +357,8 @@ std::vector<Finding> slow_job_findings(const RuleContext& ctx) {
       static_cast<double>(ctx.profile->window_ns) / 1e9 < ctx.opt.min_profile_window_s)
     return out;
   const StallProfile& p = *ctx.profile;
-  for (size_t i = 0; i < p.mains.size() && i < p.paths.size(); ++i) loader_findings(ctx, p.mains[i], p.paths[i], out);
+  for (size_t i = 0; i < p.mains.size() && i < p.paths.size(); ++i)
+    loader_findings(ctx, p.mains[i], p.paths[i], out);
   lock_findings(ctx, p, out);
   collective_findings(ctx, p, out);
   gpu_idle_findings(ctx, p, out);
