@@ -57,6 +57,11 @@ struct call_state {
   /* futex wake records are sampled: one per word per thread per interval
    * (wake_emit_ns: call_clock_leaving_cpu() of the last one sent). */
   __u64 wake_uaddr, wake_emit_ns;
+  /* Waits under min_block_ns being summed (short_waits.bpf.h); count 0: none.
+   * sw_epoch: hooks_epoch when the sum began. */
+  struct ht_short_waits sw;
+  __u32 sw_epoch;
+  __u32 sw_pad;
 };
 
 /* Task-local storage rather than a hash keyed by tid: no hashing on the hot

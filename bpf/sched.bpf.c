@@ -25,6 +25,7 @@
 #include "live_maps.bpf.h"
 #include "sched_clock.bpf.h"
 #include "uapi.bpf.h"
+#include "wake_batch.bpf.h"
 
 /* At most one HT_EV_WAKEUP per (waker, wakee) pair this often. */
 const volatile __u64 wakeup_emit_ns = 10000000;
@@ -53,22 +54,7 @@ struct {
  * The raw_tp twin has no typed wakee for task storage and counts every
  * wakeup in `wakeups` directly.
  */
-struct wake_batch {
-  __u32 waker_tgid;
-  __u32 waker_tid;
-  __u64 pending;     /* wakeups in this batch not yet in `wakeups` */
-  __u64 since_ns;    /* bpf_ktime_get_ns() when the batch began */
-  __u64 since_clock; /* waker_clock() then */
-  __u64 last_clock;  /* ... and at its latest wakeup */
-  char waker_comm[HT_COMM_LEN];
-};
-
-struct {
-  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-  __uint(map_flags, BPF_F_NO_PREALLOC);
-  __type(key, int);
-  __type(value, struct wake_batch);
-} wake_batches SEC(".maps");
+/* struct wake_batch and the wake_batches map: bpf/wake_batch.bpf.h. */
 
 /*
  * The clock of the batch window: the waker's scheduler clock

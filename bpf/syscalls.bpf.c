@@ -7,6 +7,7 @@
  *   blocking    fd I/O, sockets, poll, wait4, ...  bpf/blocking.bpf.h
  *   shm calls   create/truncate/mmap/unlink/ENOSPC bpf/shm_calls.bpf.h
  *   histograms  every wait that slept, by kind     bpf/blocked_hist.bpf.h
+ *   short waits those under min_block_ns, summed   bpf/short_waits.bpf.h
  * each switched by a const volatile trace_* setting.
  *
  * Why one program and not one per concern: once any sys_enter/sys_exit hook
@@ -49,6 +50,7 @@
 #include "hangtrace/syscall_dispatch.h"
 #include "live_maps.bpf.h"
 #include "shm_calls.bpf.h"
+#include "short_waits.bpf.h"
 #include "uapi.bpf.h"
 
 /* Calls are tracked from sys_enter (every call, even one that never sleeps,
@@ -89,7 +91,10 @@ static __always_inline void finish_call(void* ctx, struct task_struct* t, struct
     duration = back > s->ts_ns ? back - s->ts_ns : 0;
     if (hist_blocked) hist_add_blocked(t, wait_kind_of(s), duration);
   }
-  if (duration < min_block_ns) return;
+  if (duration < min_block_ns) {
+    if (short_waits_on && s->slept) short_waits_add(t, s, ret, duration, btf);
+    return;
+  }
   __u64 now = bpf_ktime_get_ns();
   if (s->kind == CALL_FUTEX_WAIT)
     futex_emit_wait(ctx, s, ret, duration, now);

@@ -20,6 +20,9 @@
 #ifndef ENOSPC
 #define ENOSPC 28
 #endif
+#ifndef ETIMEDOUT
+#define ETIMEDOUT 110
+#endif
 #ifndef ENOSYS
 #define ENOSYS 38
 #endif

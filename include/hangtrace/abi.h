@@ -129,6 +129,7 @@ enum ht_event_type {
   HT_EV_GPU_CALL = 14,       /* struct ht_gpu_call_event: a CUDA driver / NCCL host call that returned */
   HT_EV_GPU_ACTIVITY = 15,   /* struct ht_gpu_activity_event: a CUPTI activity record */
   HT_EV_CPU_SAMPLE = 16,     /* struct ht_cpu_sample_event: a traced task found on a CPU by the sampler */
+  HT_EV_SHORT_WAITS = 17,    /* struct ht_short_waits_event: waits under the threshold, summed per thread */
 };
 
 /* Indexes into the per-CPU `counters` map. */
@@ -319,6 +320,36 @@ struct ht_wakeup_event {
    * kernel stack then shows). */
   __s32 waker_kstack_id;
   __s32 waker_ustack_id;
+};
+
+/* Waits shorter than min_block_ns (bpf/short_waits.bpf.h): not one record
+ * each -- a thread can wait thousands of times a second, a few ms at a time,
+ * and those waits are still most of its time -- but summed per thread while
+ * consecutive waits share a syscall, object and waker, and sent when that
+ * changes or the sum reaches short_wait_flush_ns. The waker is the one of the
+ * thread's latest wakeup (sched's wake batch), when that fell within the
+ * wait; 0 when unknown or the wait ended by its timeout. */
+#define HT_SHORT_WAIT_BUCKETS 16 /* bucket i: [2^i, 2^(i+1)) microseconds, as HT_HIST_BUCKETS; the last holds more */
+
+struct ht_short_waits {
+  __s64 nr;         /* syscall number (HT_NR_futex for futex waits) */
+  __u64 object;     /* the futex word (uaddr), or the fd's inode when resolved (0 if not) */
+  __s32 fd;         /* -1 for futex waits */
+  __u32 obj_kind;   /* enum ht_obj_kind of the fd (HT_OBJ_UNKNOWN for futex waits) */
+  __u32 waker_tgid; /* who woke the thread, 0: unknown or timed out */
+  __u32 waker_tid;
+  char waker_comm[HT_COMM_LEN];
+  __u32 count;      /* waits summed */
+  __u8 futex;       /* 1: futex waits, 0: blocking syscalls */
+  __u8 timed_out;   /* they ended by their timeout (poll returned 0, futex -ETIMEDOUT, a sleep) */
+  __u16 pad;        /* explicit padding, always 0 */
+  __u64 sum_ns;     /* their blocked time, as ht_syscall_event.duration_ns */
+  __u32 buckets[HT_SHORT_WAIT_BUCKETS];
+};
+
+struct ht_short_waits_event {
+  struct ht_event_header hdr; /* the waiting thread; ts_ns: when the last of them ended (about) */
+  struct ht_short_waits waits;
 };
 
 /* The cpu_samples concern (bpf/cpu_samples.bpf.c): a cpu-clock perf event

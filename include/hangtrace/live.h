@@ -16,6 +16,8 @@
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
 
+struct ht_short_waits;  // hangtrace/abi.h
+
 namespace hangtrace {
 
 // A decoded record; which fields are meaningful depends on `type` (ht_event_type).
@@ -213,6 +215,12 @@ struct LiveObservation {
 };
 
 inline constexpr size_t kMaxWaitTotalsPerThread = 128;
+// Past kMaxWaitTotalsPerThread - kWaitTotalsForMany keys, a thread's waits on
+// further objects are summed per kind and waker with this as their object
+// (a loader that opens a new socket or file per batch has thousands): their
+// time still counts, under "other sockets" and the like.
+inline constexpr size_t kWaitTotalsForMany = 32;
+inline constexpr uint64_t kManyObjects = ~0ull;
 inline constexpr size_t kMaxWaitTotalThreads = 8192;
 
 class Aggregator {
@@ -279,6 +287,12 @@ class Aggregator {
 
  private:
   void add_wait_total(const WaitRecord& w);
+  // Waits under the streaming threshold, summed in the kernel (ht_short_waits).
+  void add_short_waits(int tgid, int tid, const ht_short_waits& w);
+  // The thread's total for one key, made if there is room (else counted in
+  // wait_totals_dropped and nullptr).
+  WaitTotal* wait_total_of(int tgid, int tid, uint32_t type, int64_t nr, uint32_t obj_kind, uint64_t object,
+                           int waker_tid, bool timed_out);
   uint64_t window_start_ns_ = 0;  // waits that began before it are counted from it
   size_t wait_total_entries_ = 0;
   void flush_blocked();

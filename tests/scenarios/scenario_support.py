@@ -855,6 +855,8 @@ class SlowJobTestCase(ScenarioTestCase):
         self.assertEqual(seconds, sorted(seconds, reverse=True), "causes not biggest first\n" + self.slow_dump(report))
 
     def assertShare(self, what, measured, reported, report, tolerance=SHARE_TOLERANCE):
+        # The figures, pass or fail, in the test's log (ctest -V, .ci/run's output).
+        sys.stderr.write("share %s: measured %.3f, reported %.3f\n" % (what, measured, reported))
         self.assertLessEqual(abs(measured - reported), tolerance,
                              "%s: measured %.3f, reported %.3f (tolerance ±%.2f)\n%s"
                              % (what, measured, reported, tolerance, self.slow_dump(report)))

@@ -50,6 +50,8 @@ LiveOptions live_options(const Options& opt) {
   lo.min_block_ns = static_cast<uint64_t>(opt.min_block_ms * 1e6);
   lo.ringbuf_bytes = static_cast<uint64_t>(opt.ringbuf_mb) << 20;
   lo.sample_hz = static_cast<uint32_t>(std::max(0, opt.sample_hz));
+  // The stall profile counts every wait, not only those streamed one by one.
+  lo.short_waits = true;
   lo.verbosity = opt.verbosity > 2 ? opt.verbosity - 2 : 0;
   return lo;
 }

@@ -87,7 +87,11 @@ class SchedModule : public TracerModule {
           hot_at_start_ = options.hot_hooks;
           return skel_->obj;
         },
-        [&]() { return sched_bpf__load(skel_); },
+        [&]() {
+          int err = sched_bpf__load(skel_);
+          if (!err) maps.adopt_created(skel_->obj);
+          return err;
+        },
         [&]() {
           sched_bpf__destroy(skel_);
           skel_ = nullptr;

@@ -35,6 +35,12 @@ static_assert(offsetof(ht_futex_event, kstack_id) == 72);
 static_assert(offsetof(ht_futex_event, ustack_id) == 76);
 
 static_assert(sizeof(ht_syscall_event) == 216);
+static_assert(sizeof(ht_short_waits) == 128);
+static_assert(offsetof(ht_short_waits, waker_comm) == 32);
+static_assert(offsetof(ht_short_waits, count) == 48);
+static_assert(offsetof(ht_short_waits, sum_ns) == 56);
+static_assert(offsetof(ht_short_waits, buckets) == 64);
+static_assert(sizeof(ht_short_waits_event) == 168);
 static_assert(offsetof(ht_syscall_event, nr) == 40);
 static_assert(offsetof(ht_syscall_event, ret) == 48);
 static_assert(offsetof(ht_syscall_event, duration_ns) == 56);
@@ -79,6 +85,7 @@ class SyscallsModule : public TracerModule {
             // without kernel stacks.
             {"sched_switch", "sched_switch", !from_entry, "", true}});
     hot_at_start_ = options.hot_hooks;
+    short_waits_at_start_ = options.short_waits;
     return hooks_->load(
         [&]() -> Result<bpf_object*> {
           skel_ = syscalls_bpf__open();
@@ -98,7 +105,11 @@ class SyscallsModule : public TracerModule {
                                    options.blocked_histograms ? options.histogram_entries : 1);
           return skel_->obj;
         },
-        [&]() { return syscalls_bpf__load(skel_); },
+        [&]() {
+          int err = syscalls_bpf__load(skel_);
+          if (!err) maps.adopt_created(skel_->obj);
+          return err;
+        },
         [&]() {
           syscalls_bpf__destroy(skel_);
           skel_ = nullptr;
@@ -106,9 +117,13 @@ class SyscallsModule : public TracerModule {
   }
 
   Result<bool> attach() override {
+    set_short_waits(short_waits_at_start_);
     auto attached = hooks_->attach(hot_at_start_);
     if (attached && skel_->rodata->hist_blocked) g_hist_fd = bpf_map__fd(skel_->maps.blocked_hist);
     return attached;
+  }
+  void set_short_waits(bool on) override {
+    if (skel_) skel_->bss->short_waits_on = on ? 1 : 0;
   }
   Result<bool> set_hot_hooks(bool on) override {
     // Calls left half-tracked by the last detach are stale from now on.
@@ -123,6 +138,7 @@ class SyscallsModule : public TracerModule {
   syscalls_bpf* skel_ = nullptr;
   std::optional<TwinHooks> hooks_;
   bool hot_at_start_ = true;
+  bool short_waits_at_start_ = false;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,7 +63,18 @@ Result<bool> SharedMaps::reuse_in(struct bpf_object* obj) const {
       return make_error(fmt::format("failed to share map {}: {}", name, std::strerror(err < 0 ? -err : err)));
     }
   }
+  if (wake_batches >= 0)
+    if (bpf_map* map = bpf_object__find_map_by_name(obj, "wake_batches"))
+      if (int err = bpf_map__reuse_fd(map, wake_batches))
+        return make_error(fmt::format("failed to share map wake_batches: {}", std::strerror(err < 0 ? -err : err)));
   return true;
+}
+
+void SharedMaps::adopt_created(struct bpf_object* obj) const {
+  if (wake_batches >= 0) return;
+  bpf_map* map = bpf_object__find_map_by_name(obj, "wake_batches");
+  if (!map || bpf_map__fd(map) < 0) return;
+  wake_batches = fcntl(bpf_map__fd(map), F_DUPFD_CLOEXEC, 0);
 }
 
 Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options) {
@@ -168,6 +180,7 @@ LiveTracer::~LiveTracer() {
   // Each module's skeleton __destroy detaches its links and closes its
   // programs; the shared maps go with the last fd.
   modules_.clear();
+  if (maps_.wake_batches >= 0) close(maps_.wake_batches);
   for (int fd : {maps_.events, maps_.traced_tgids, maps_.counters, maps_.stacks}) {
     if (fd >= 0) close(fd);
   }
@@ -243,6 +256,10 @@ Result<bool> LiveTracer::set_hot_hooks(bool on) {
   }
   hot_ = on;
   return true;
+}
+
+void LiveTracer::set_short_waits(bool on) {
+  for (const auto& module : modules_) module->set_short_waits(on);
 }
 
 void LiveTracer::notice_mapped_file(int pid, const std::string& path) { mapped_->note_file(pid, path); }

@@ -46,6 +46,10 @@ struct LiveOptions {
   // stay detached until set_hot_hooks(true) -- the daemon's sampled steady
   // state, which costs a traced process nothing per call.
   bool hot_hooks = true;
+  // Waits under min_block_ns are summed per thread and streamed
+  // (HT_EV_SHORT_WAITS; a stall profile counts them); set_short_waits
+  // switches it later (the daemon's on-demand profile).
+  bool short_waits = false;
   // When the tracer reads the traced processes' mappings for the libraries
   // its concerns attach to (mapped_modules.h); Manual: only what
   // notice_mapped_file hands in.
@@ -65,8 +69,15 @@ struct HookStatus {
 // The fds of the maps every concern shares (created once, before any load).
 struct SharedMaps {
   int events = -1, traced_tgids = -1, counters = -1, stacks = -1;
+  // Task storage (sched's wake batches, bpf/wake_batch.bpf.h) needs the BTF
+  // of its value, so it is not created here: the first object loaded with
+  // it creates it and adopt_created() keeps a duplicate of its fd for the
+  // objects loaded after. Closed by LiveTracer.
+  mutable int wake_batches = -1;
   // Points `obj`'s maps of these names at the shared fds; call before load.
   Result<bool> reuse_in(struct bpf_object* obj) const;
+  // After `obj` loaded: the lazily shared maps it created.
+  void adopt_created(struct bpf_object* obj) const;
 };
 
 // A concern: one BPF object (skeleton) and its hooks. Implementations live in
@@ -88,6 +99,8 @@ class TracerModule {
   virtual void notice_mapped_file(int /*pid*/, const std::string& /*path*/) {}
   // Attaches (true) or detaches the concern's hot hooks (LiveOptions::hot_hooks).
   virtual Result<bool> set_hot_hooks(bool /*on*/) { return true; }
+  // Starts or stops summing short waits (LiveOptions::short_waits).
+  virtual void set_short_waits(bool /*on*/) {}
   // Adds what the concern keeps in its own maps rather than streaming (a
   // call still in progress) to the observation, when the window closes.
   virtual void contribute(LiveObservation& /*o*/) const {}
@@ -114,6 +127,8 @@ class LiveTracer {
   // Attaches or detaches every concern's hot hooks (see LiveOptions::hot_hooks).
   Result<bool> set_hot_hooks(bool on);
   bool hot_hooks_attached() const { return hot_; }
+  // Starts or stops HT_EV_SHORT_WAITS (LiveOptions::short_waits).
+  void set_short_waits(bool on);
   // A file `pid` maps, by hand (what module_rescan would find): handed to
   // the concerns when it is one of their libraries, once per (pid, path).
   void notice_mapped_file(int pid, const std::string& path);

@@ -485,6 +485,13 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
                       r.kstack_id, r.ustack_id});
       return Raw::Added;
     }
+    case HT_EV_SHORT_WAITS: {
+      ht_short_waits_event r;
+      if (h.size > size || size < sizeof r) return Raw::Undecodable;
+      std::memcpy(&r, data, sizeof r);
+      add_short_waits(static_cast<int>(h.tgid), static_cast<int>(h.tid), r.waits);
+      return Raw::Added;
+    }
     default:
       return Raw::NotHot;
   }

@@ -4,6 +4,7 @@
 // threads; what does not fit is counted in wait_totals_dropped.
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <functional>
 
 #include "hangtrace/abi.h"
@@ -76,42 +77,12 @@ void Aggregator::add_wait_total(const WaitRecord& record) {
     dir = slash == std::string_view::npos ? std::string_view{} : w.file.substr(0, slash);
     object = (std::hash<std::string_view>{}(dir)*1000003u) ^ w.mnt_id;
   }
-  auto found = obs_.wait_totals.find(w.tid);
-  if (found == obs_.wait_totals.end()) {
-    if (obs_.wait_totals.size() >= kMaxWaitTotalThreads) {
-      ++obs_.wait_totals_dropped;
-      return;
-    }
-    found = obs_.wait_totals.emplace(w.tid, std::vector<WaitTotal>{}).first;
-  }
-  std::vector<WaitTotal>& totals = found->second;
-  WaitTotal* t = nullptr;
-  for (auto it = totals.rbegin(); it != totals.rend(); ++it) {
-    if (it->type == w.type && it->nr == w.nr && it->object == object && it->waker_tid == waker_tid &&
-        it->timed_out == timed_out && it->obj_kind == w.obj_kind) {
-      t = &*it;
-      break;
-    }
-  }
-  if (!t) {
-    if (totals.size() >= kMaxWaitTotalsPerThread) {
-      ++obs_.wait_totals_dropped;
-      return;
-    }
-    totals.emplace_back();
-    t = &totals.back();
-    t->type = w.type;
-    t->pid = w.tgid;
-    t->nr = w.nr;
-    t->obj_kind = w.obj_kind;
-    t->object = object;
+  WaitTotal* t = wait_total_of(w.tgid, w.tid, w.type, w.nr, w.obj_kind, object, waker_tid, timed_out);
+  if (!t) return;
+  if (!t->count) {
     t->waker_pid = waker_pid;
-    t->waker_tid = waker_tid;
     if (waker) t->waker_comm = waker->waker_comm;
-    t->timed_out = timed_out;
     t->mnt_id = w.mnt_id;
-    t->kstack_id = w.kstack_id;
-    t->ustack_id = w.ustack_id;
   }
   const uint64_t ns = w.end_ns > w.start_ns ? w.end_ns - w.start_ns : 0;
   ++t->count;
@@ -125,6 +96,61 @@ void Aggregator::add_wait_total(const WaitRecord& record) {
     for (const auto& f : t->files) known = known || f == w.file;
     if (!known) t->files.emplace_back(w.file);
   }
+}
+
+WaitTotal* Aggregator::wait_total_of(int tgid, int tid, uint32_t type, int64_t nr, uint32_t obj_kind,
+                                     uint64_t object, int waker_tid, bool timed_out) {
+  auto found = obs_.wait_totals.find(tid);
+  if (found == obs_.wait_totals.end()) {
+    if (obs_.wait_totals.size() >= kMaxWaitTotalThreads) {
+      ++obs_.wait_totals_dropped;
+      return nullptr;
+    }
+    found = obs_.wait_totals.emplace(tid, std::vector<WaitTotal>{}).first;
+  }
+  std::vector<WaitTotal>& totals = found->second;
+  auto find = [&](uint64_t obj) -> WaitTotal* {
+    for (auto it = totals.rbegin(); it != totals.rend(); ++it)
+      if (it->type == type && it->nr == nr && it->object == obj && it->waker_tid == waker_tid &&
+          it->timed_out == timed_out && it->obj_kind == obj_kind)
+        return &*it;
+    return nullptr;
+  };
+  if (WaitTotal* t = find(object)) return t;
+  if (totals.size() >= kMaxWaitTotalsPerThread - kWaitTotalsForMany && object != kManyObjects) {
+    object = kManyObjects;
+    if (WaitTotal* t = find(object)) return t;
+  }
+  if (totals.size() >= kMaxWaitTotalsPerThread) {
+    ++obs_.wait_totals_dropped;
+    return nullptr;
+  }
+  WaitTotal& t = totals.emplace_back();
+  t.type = type;
+  t.pid = tgid;
+  t.nr = nr;
+  t.obj_kind = obj_kind;
+  t.object = object;
+  t.waker_tid = waker_tid;
+  t.timed_out = timed_out;
+  return &t;
+}
+
+void Aggregator::add_short_waits(int tgid, int tid, const ht_short_waits& w) {
+  if (!w.count) return;
+  const uint32_t type = w.futex ? uint32_t{HT_EV_FUTEX_WAIT} : uint32_t{HT_EV_SYSCALL_BLOCK};
+  const int waker_tid = w.timed_out ? 0 : static_cast<int>(w.waker_tid);
+  const int64_t nr = w.futex ? int64_t{HT_NR_futex} : w.nr;
+  WaitTotal* t = wait_total_of(tgid, tid, type, nr, w.obj_kind, w.object, waker_tid, w.timed_out != 0);
+  if (!t) return;
+  if (waker_tid && !t->waker_pid) {
+    t->waker_pid = static_cast<int>(w.waker_tgid);
+    t->waker_comm.assign(w.waker_comm, strnlen(w.waker_comm, sizeof w.waker_comm));
+  }
+  t->count += w.count;
+  t->sum_ns += w.sum_ns;
+  for (int i = 0; i < HT_SHORT_WAIT_BUCKETS; ++i) t->buckets[i] += w.buckets[i];
+  if (!w.futex) t->fd = w.fd;
 }
 
 }  // namespace hangtrace

@@ -336,6 +336,7 @@ class Profiler {
   // /mnt/data/…/train/*.jpg", "futex 0x7f12..40", "poll").
   std::string what_of(int tid, const WaitTotal& w, Accumulated* acc) const {
     const int pid = w.pid ? w.pid : pid_of(tid);
+    if (w.type == HT_EV_FUTEX_WAIT && w.object == kManyObjects) return "other futexes";
     if (w.type == HT_EV_FUTEX_WAIT)
       return in_gil(pid, w.object) ? fmt::format("the GIL of {}", pid) : fmt::format("futex {:#x}", w.object);
     std::string name = describe_syscall(w.nr).name;
@@ -372,6 +373,16 @@ class Profiler {
             acc->files.push_back(path);
         }
       return fmt::format("{} {}", name, where);
+    }
+    if (w.object == kManyObjects) {
+      switch (w.obj_kind) {
+        case HT_OBJ_PIPE:
+          return name + " other pipes";
+        case HT_OBJ_SOCKET:
+          return name + " other sockets";
+        default:
+          return name + " other objects";
+      }
     }
     switch (w.obj_kind) {
       case HT_OBJ_PIPE:
