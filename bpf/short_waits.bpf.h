@@ -6,8 +6,9 @@
  * sharer, thousands of times, spends most of its time in waits no record
  * shows. Each thread sums its consecutive short waits of one syscall, object
  * and waker in its call state and sends them as one HT_EV_SHORT_WAITS when
- * the next wait differs or the sum reaches short_wait_flush_ns: at most one
- * record per such run, so a ping-pong on one pipe costs a few adds per call.
+ * the next wait differs, the sum reaches short_wait_flush_ns, or the thread's
+ * next reported wait ends: at most one record per such run, so a ping-pong
+ * on one pipe costs a few adds per call.
  *
  * The waker is the thread's latest one, from its wake batch (sched's task
  * storage, wake_batch.bpf.h), if that wakeup came after the wait began; a
@@ -44,6 +45,10 @@ static __always_inline bool call_timed_out(struct call_state* s, long ret) {
 }
 
 static __always_inline void short_waits_send(struct call_state* s) {
+  if (s->sw_epoch != hooks_epoch) { /* begun before a detach: stale */
+    s->sw.count = 0;
+    return;
+  }
   struct ht_short_waits_event* e = ht_reserve(HT_EV_SHORT_WAITS, sizeof(*e));
   if (e) {
     __builtin_memcpy(&e->waits, &s->sw, sizeof(e->waits));

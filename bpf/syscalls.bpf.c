@@ -95,6 +95,8 @@ static __always_inline void finish_call(void* ctx, struct task_struct* t, struct
     if (short_waits_on && s->slept) short_waits_add(t, s, ret, duration, btf);
     return;
   }
+  /* The short ones before it go first: none waits behind a long wait. */
+  if (s->sw.count) short_waits_send(s);
   __u64 now = bpf_ktime_get_ns();
   if (s->kind == CALL_FUTEX_WAIT)
     futex_emit_wait(ctx, s, ret, duration, now);

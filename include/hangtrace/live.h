@@ -16,11 +16,25 @@
 #include "hangtrace/model.h"
 #include "hangtrace/result.h"
 
-struct ht_short_waits;  // hangtrace/abi.h
-
 namespace hangtrace {
 
 // A decoded record; which fields are meaningful depends on `type` (ht_event_type).
+// An HT_EV_SHORT_WAITS record: a thread's consecutive waits under the
+// streaming threshold on one object with one waker (hangtrace/abi.h,
+// struct ht_short_waits).
+struct ShortWaits {
+  int64_t nr = -1;
+  uint64_t object = 0;  // futex word, or the fd's inode (0: unknown)
+  int fd = -1;
+  uint32_t obj_kind = 0;
+  int waker_tgid = 0, waker_tid = 0;  // 0: unknown or timed out
+  std::string waker_comm;
+  uint32_t count = 0;
+  bool futex = false, timed_out = false;
+  uint64_t sum_ns = 0;
+  uint32_t buckets[16] = {};  // HT_SHORT_WAIT_BUCKETS (static_asserted in live.cpp)
+};
+
 struct TraceEvent {
   uint32_t type = 0;
   uint64_t ts_ns = 0;  // CLOCK_MONOTONIC
@@ -68,6 +82,7 @@ struct TraceEvent {
   // gpu-call / gpu-activity
   GpuCall gpu_call;
   GpuActivity gpu_activity;
+  ShortWaits short_waits;
 };
 
 const char* event_type_name(uint32_t type);
@@ -288,7 +303,7 @@ class Aggregator {
  private:
   void add_wait_total(const WaitRecord& w);
   // Waits under the streaming threshold, summed in the kernel (ht_short_waits).
-  void add_short_waits(int tgid, int tid, const ht_short_waits& w);
+  void add_short_waits(int tgid, int tid, const ShortWaits& w);
   // The thread's total for one key, made if there is room (else counted in
   // wait_totals_dropped and nullptr).
   WaitTotal* wait_total_of(int tgid, int tid, uint32_t type, int64_t nr, uint32_t obj_kind, uint64_t object,

@@ -154,6 +154,110 @@ TEST_P(LiveWaits, SleepAboveThresholdIsOneBlockingCall) {
   EXPECT_TRUE(got.of_type<ht_futex_event>(HT_EV_FUTEX_WAIT, pid).empty());
 }
 
+// Waits under the threshold are summed in the kernel per thread, syscall,
+// object and waker (HT_EV_SHORT_WAITS): the parent's N reads of ~2 ms, each
+// ended by the child's write (the waker, from the child's wake batch -- the
+// tp_btf twin's; the raw twin has none), and the child's N timed-out sleeps.
+// The 20 ms sleep each takes after them is reported on its own and sends
+// what was pending, so nothing is left in the kernel.
+TEST_P(LiveWaits, ShortWaitsAreSummedWithTheirWaker) {
+  HANGTRACE_REQUIRE_BPF();
+  constexpr int kWaits = 200;
+  constexpr long kIntervalUs = 2000;
+  GatedRun run;
+  ASSERT_NO_FATAL_FAILURE(
+      start_gated("repro_live_short_waits", {std::to_string(kWaits), std::to_string(kIntervalUs)}, run));
+  const int parent = static_cast<int>(run.ready["parent"]), child = static_cast<int>(run.ready["child"]);
+  const int fd = static_cast<int>(run.ready["fd"]);
+  const std::string link = std::filesystem::read_symlink("/proc/" + std::to_string(parent) + "/fd/" +
+                                                         std::to_string(fd));
+  ASSERT_EQ(link.rfind("pipe:[", 0), 0u) << link;
+  const uint64_t inode = std::stoull(link.substr(6));
+  LiveOptions opt = wait_options({parent, child}, 5'000'000);
+  opt.short_waits = true;
+  ASSERT_NO_FATAL_FAILURE(start_tracer(opt, run));
+  expect_wait_hooks_active(*run.tracer, twin(), opt.min_block_ns);
+  LiveTracer& t = *run.tracer;
+  run.gate->open();
+  ASSERT_FALSE(run.workload->wait_for_line("DONE", 30s).empty());
+
+  Collected got;
+  struct Sum {
+    uint64_t count = 0, sum_ns = 0, bucketed = 0, records = 0, by_child = 0, timed_out = 0;
+  };
+  auto sum = [&](int tgid, long nr) {
+    Sum out;
+    for (const auto& e : got.of_type<ht_short_waits_event>(HT_EV_SHORT_WAITS, tgid)) {
+      const ht_short_waits& w = e.waits;
+      if (w.nr != nr || w.futex) continue;
+      ++out.records;
+      out.count += w.count;
+      out.sum_ns += w.sum_ns;
+      for (uint32_t b : w.buckets) out.bucketed += b;
+      EXPECT_LT(w.sum_ns, 20'000'000u) << "a record sums at most short_wait_flush_ns";
+      if (w.timed_out) out.timed_out += w.count;
+      if (nr == kNrRead) {
+        EXPECT_EQ(w.fd, fd);
+        EXPECT_EQ(w.obj_kind, HT_OBJ_PIPE);
+        EXPECT_EQ(w.object, inode);
+      }
+      if (w.waker_tgid == static_cast<uint32_t>(child) && w.waker_tid == static_cast<uint32_t>(child))
+        out.by_child += w.count;
+      else if (!GetParam() && !w.timed_out)
+        std::cout << "read woken by " << w.waker_tgid << "/" << w.waker_tid << " x" << w.count << "\n";
+    }
+    return out;
+  };
+  auto sleeps = [&](int tgid) {
+    Sum a = sum(tgid, kNrNanosleep), b = sum(tgid, kNrClockNanosleep);
+    a.count += b.count;
+    a.timed_out += b.timed_out;
+    return a;
+  };
+  // On a busy machine a few waits outlast the threshold: reported one by one.
+  auto reported = [&](int tgid, std::initializer_list<long> nrs) {
+    uint64_t n = 0;
+    for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, tgid))
+      n += std::find(nrs.begin(), nrs.end(), e.nr) != nrs.end() && e.duration_ns < 20'000'000;
+    return n;
+  };
+  auto long_reads = [&] { return reported(parent, {kNrRead}); };
+  auto long_sleeps = [&] { return reported(child, {kNrNanosleep, kNrClockNanosleep}); };
+  poll_until(t, got, [&] {
+    return sum(parent, kNrRead).count + long_reads() >= kWaits - 1 &&
+           sleeps(child).count + long_sleeps() >= kWaits - 1;
+  });
+  drain(t, got);
+  Sum reads = sum(parent, kNrRead), slept = sleeps(child);
+  const uint64_t all_reads = reads.count + long_reads(), all_sleeps = slept.count + long_sleeps();
+  std::cout << got.summary() << "\nparent reads: " << reads.count << " in " << reads.records << " records, "
+            << reads.sum_ns / 1000 << " us, " << reads.by_child << " woken by the child; child sleeps: "
+            << slept.count << ", " << slept.timed_out << " timed out; reported on their own: " << long_reads()
+            << " reads, " << long_sleeps() << " sleeps\n";
+  // Every read waited for the child's next write (it sleeps first).
+  EXPECT_GE(all_reads, static_cast<uint64_t>(kWaits - 1));
+  EXPECT_LE(all_reads, static_cast<uint64_t>(kWaits));
+  EXPECT_GE(reads.count, static_cast<uint64_t>(kWaits / 2));
+  EXPECT_EQ(reads.bucketed, reads.count);
+  EXPECT_GE(reads.sum_ns, reads.count * kIntervalUs * 1000 * 7 / 10);
+  EXPECT_LE(reads.sum_ns, reads.count * kIntervalUs * 1000 * 2);
+  EXPECT_LT(reads.records, reads.count / 4) << "summed, not one record per wait";
+  EXPECT_EQ(reads.timed_out, 0u);
+  if (GetParam())
+    EXPECT_EQ(reads.by_child, 0u) << "the raw twin keeps no wake batches";
+  else
+    EXPECT_GE(reads.by_child, reads.count * 95 / 100);
+  EXPECT_GE(all_sleeps, static_cast<uint64_t>(kWaits - 1));
+  EXPECT_GE(slept.count, static_cast<uint64_t>(kWaits / 2));
+  EXPECT_EQ(slept.timed_out, slept.count);
+  // The parent's 20 ms sleep is reported on its own.
+  size_t final_sleeps = 0;
+  for (const auto& e : got.of_type<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, parent))
+    final_sleeps += (e.nr == kNrNanosleep || e.nr == kNrClockNanosleep) && e.duration_ns >= 20'000'000;
+  EXPECT_EQ(final_sleeps, 1u) << got.summary();
+  EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
+}
+
 TEST_P(LiveWaits, UntracedProcessProducesNothing) {
   HANGTRACE_REQUIRE_BPF();
   GatedRun run;

@@ -346,7 +346,19 @@ TEST(LiveAggregate, RawHotPathMatchesDecodeAndAdd) {
     sc.fd = i % 2 ? 3 : -1;
     sc.duration_ns = 7;
     put(sc, sizeof sc);
+    auto sw = record<ht_short_waits_event>(HT_EV_SHORT_WAITS, 10, tid, 3000 + i, "x");
+    sw.waits.nr = HT_NR_read;
+    sw.waits.fd = 4;
+    sw.waits.obj_kind = HT_OBJ_SOCKET;
+    sw.waits.object = 500 + static_cast<uint64_t>(i);  // a new socket each time: past the key budget
+    sw.waits.waker_tgid = sw.waits.waker_tid = 20;
+    sw.waits.count = 3;
+    sw.waits.sum_ns = 3000;
+    sw.waits.buckets[0] = 3;
+    put(sw, sizeof sw);
   }
+  auto short_cut = record<ht_short_waits_event>(HT_EV_SHORT_WAITS, 10, 10, 1, "x");
+  put(short_cut, sizeof short_cut - 1);
   auto w = record<ht_futex_event>(HT_EV_FUTEX_WAIT, 10, 10, 1, "x");
   put(w, sizeof w - 1);  // too short
   w.hdr.size = sizeof w + 8;
@@ -385,7 +397,7 @@ TEST(LiveAggregate, RawHotPathMatchesDecodeAndAdd) {
         break;
     }
   }
-  EXPECT_EQ(slow_bad, 5u);
+  EXPECT_EQ(slow_bad, 6u);
   EXPECT_EQ(fast_bad, slow_bad);
   EXPECT_EQ(not_hot, 3u);  // the header-less one, rss, the unknown type
   LiveObservation a = slow.finish(0, 1, recs.size(), 0), b = fast.finish(0, 1, recs.size(), 0);
@@ -402,6 +414,63 @@ TEST(LiveAggregate, RawHotPathMatchesDecodeAndAdd) {
     }
   }
   EXPECT_EQ(b.rss.at(10).last_bytes, 1u << 20);
+  // The short waits are summed alike on both paths.
+  ASSERT_EQ(a.wait_totals.size(), 3u);
+  ASSERT_EQ(b.wait_totals.size(), a.wait_totals.size());
+  for (const auto& [tid, totals] : b.wait_totals) {
+    const auto& slow_totals = a.wait_totals.at(tid);
+    ASSERT_EQ(totals.size(), slow_totals.size());
+    for (size_t i = 0; i < totals.size(); ++i) {
+      EXPECT_EQ(totals[i].count, slow_totals[i].count);
+      EXPECT_EQ(totals[i].sum_ns, slow_totals[i].sum_ns);
+      EXPECT_EQ(totals[i].object, slow_totals[i].object);
+      EXPECT_EQ(totals[i].waker_tid, slow_totals[i].waker_tid);
+    }
+  }
+  EXPECT_EQ(b.wait_totals_dropped, 0u);
+}
+
+TEST(LiveAggregate, WaitsOnObjectsPastTheKeyBudgetAreFoldedNotDropped) {
+  // A loader that opens a socket per batch (torch's fd sharing): 1000
+  // sockets, each waited on briefly, then a long wait on a new one.
+  Aggregator agg;
+  for (uint32_t i = 0; i < 1000; ++i) {
+    auto sw = record<ht_short_waits_event>(HT_EV_SHORT_WAITS, 10, 10, 1000 + i, "x");
+    sw.waits.nr = HT_NR_read;
+    sw.waits.fd = 5;
+    sw.waits.obj_kind = HT_OBJ_SOCKET;
+    sw.waits.object = 700 + i;
+    sw.waits.waker_tgid = 20;
+    sw.waits.waker_tid = 21;
+    sw.waits.count = 2;
+    sw.waits.sum_ns = 2'000'000;
+    sw.waits.buckets[10] = 2;
+    ASSERT_EQ(agg.add_raw(&sw, sizeof sw), Aggregator::Raw::Added);
+  }
+  auto sc = record<ht_syscall_event>(HT_EV_SYSCALL_BLOCK, 10, 10, 9'000'000'000ull, "x");
+  sc.nr = HT_NR_read;
+  sc.fd = 6;
+  sc.obj_kind = HT_OBJ_SOCKET;
+  sc.obj_inode = 99999;
+  sc.duration_ns = 7'000'000;
+  ASSERT_EQ(agg.add_raw(&sc, sizeof sc), Aggregator::Raw::Added);
+  LiveObservation o = agg.finish(0, 10'000'000'000ull, 1001, 0);
+  const auto& totals = o.wait_totals.at(10);
+  EXPECT_EQ(totals.size(), kMaxWaitTotalsPerThread - kWaitTotalsForMany + 2);  // + many, + the long one's
+  uint64_t calls = 0, ns = 0;
+  const WaitTotal* many = nullptr;
+  for (const auto& t : totals) {
+    calls += t.count;
+    ns += t.sum_ns;
+    if (t.object == kManyObjects && t.waker_tid == 21) many = &t;
+  }
+  EXPECT_EQ(calls, 2001u);
+  EXPECT_EQ(ns, 2'007'000'000u);
+  ASSERT_NE(many, nullptr);
+  EXPECT_EQ(many->count, 2u * (1000 - (kMaxWaitTotalsPerThread - kWaitTotalsForMany)));
+  EXPECT_EQ(many->waker_pid, 20);
+  EXPECT_EQ(many->buckets[10], many->count);
+  EXPECT_EQ(o.wait_totals_dropped, 0u);
 }
 
 TEST(LiveAggregate, BlockedIntervalsKeepTheMostRecentOldestFirst) {

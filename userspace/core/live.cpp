@@ -50,6 +50,8 @@ const char* event_type_name(uint32_t type) {
       return "gpu-call";
     case HT_EV_GPU_ACTIVITY:
       return "gpu-activity";
+    case HT_EV_SHORT_WAITS:
+      return "short-waits";
     default:
       return "unknown";
   }
@@ -97,6 +99,27 @@ std::string endpoint(uint16_t family, const uint8_t* addr, uint16_t port) {
   }
   inet_ntop(AF_INET6, addr, buf, sizeof buf);
   return fmt::format("[{}]:{}", buf, port);
+}
+
+static_assert(sizeof(ShortWaits::buckets) / sizeof(uint32_t) == HT_SHORT_WAIT_BUCKETS);
+
+ShortWaits short_waits_of(const ht_short_waits& r) {
+  ShortWaits w;
+  w.nr = r.futex ? int64_t{HT_NR_futex} : r.nr;
+  w.object = r.object;
+  w.fd = r.futex ? -1 : r.fd;
+  w.obj_kind = r.obj_kind;
+  w.timed_out = r.timed_out != 0;
+  w.futex = r.futex != 0;
+  if (!w.timed_out && r.waker_tid) {
+    w.waker_tgid = static_cast<int>(r.waker_tgid);
+    w.waker_tid = static_cast<int>(r.waker_tid);
+    w.waker_comm = comm_of(r.waker_comm);
+  }
+  w.count = r.count;
+  w.sum_ns = r.sum_ns;
+  std::memcpy(w.buckets, r.buckets, sizeof w.buckets);
+  return w;
 }
 
 }  // namespace
@@ -207,6 +230,12 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       if (!read_record(data, size, &r)) return too_short();
       e.rss_bytes = r.rss_bytes;
       e.anon_bytes = r.anon_bytes;
+      break;
+    }
+    case HT_EV_SHORT_WAITS: {
+      ht_short_waits_event r{};
+      if (!read_record(data, size, &r)) return too_short();
+      e.short_waits = short_waits_of(r.waits);
       break;
     }
     case HT_EV_WAKEUP: {
@@ -401,6 +430,9 @@ void Aggregator::add(const TraceEvent& e) {
                       e.file, e.kstack_id, e.ustack_id});
       break;
     }
+    case HT_EV_SHORT_WAITS:
+      add_short_waits(e.tgid, e.tid, e.short_waits);
+      break;
     case HT_EV_WAKEUP: {
       obs_.last_waker[e.tid] = e;
       auto& q = obs_.recent_wakeups[e.tid];
@@ -489,7 +521,7 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
       ht_short_waits_event r;
       if (h.size > size || size < sizeof r) return Raw::Undecodable;
       std::memcpy(&r, data, sizeof r);
-      add_short_waits(static_cast<int>(h.tgid), static_cast<int>(h.tid), r.waits);
+      add_short_waits(static_cast<int>(h.tgid), static_cast<int>(h.tid), short_waits_of(r.waits));
       return Raw::Added;
     }
     default:

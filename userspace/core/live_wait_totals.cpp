@@ -136,20 +136,18 @@ WaitTotal* Aggregator::wait_total_of(int tgid, int tid, uint32_t type, int64_t n
   return &t;
 }
 
-void Aggregator::add_short_waits(int tgid, int tid, const ht_short_waits& w) {
+void Aggregator::add_short_waits(int tgid, int tid, const ShortWaits& w) {
   if (!w.count) return;
   const uint32_t type = w.futex ? uint32_t{HT_EV_FUTEX_WAIT} : uint32_t{HT_EV_SYSCALL_BLOCK};
-  const int waker_tid = w.timed_out ? 0 : static_cast<int>(w.waker_tid);
-  const int64_t nr = w.futex ? int64_t{HT_NR_futex} : w.nr;
-  WaitTotal* t = wait_total_of(tgid, tid, type, nr, w.obj_kind, w.object, waker_tid, w.timed_out != 0);
+  WaitTotal* t = wait_total_of(tgid, tid, type, w.nr, w.obj_kind, w.object, w.waker_tid, w.timed_out);
   if (!t) return;
-  if (waker_tid && !t->waker_pid) {
-    t->waker_pid = static_cast<int>(w.waker_tgid);
-    t->waker_comm.assign(w.waker_comm, strnlen(w.waker_comm, sizeof w.waker_comm));
+  if (w.waker_tid && !t->waker_pid) {
+    t->waker_pid = w.waker_tgid;
+    t->waker_comm = w.waker_comm;
   }
   t->count += w.count;
   t->sum_ns += w.sum_ns;
-  for (int i = 0; i < HT_SHORT_WAIT_BUCKETS; ++i) t->buckets[i] += w.buckets[i];
+  for (size_t i = 0; i < std::size(w.buckets); ++i) t->buckets[i] += w.buckets[i];
   if (!w.futex) t->fd = w.fd;
 }
 
