@@ -169,8 +169,8 @@ TEST_P(LiveWaits, ShortWaitsAreSummedWithTheirWaker) {
       start_gated("repro_live_short_waits", {std::to_string(kWaits), std::to_string(kIntervalUs)}, run));
   const int parent = static_cast<int>(run.ready["parent"]), child = static_cast<int>(run.ready["child"]);
   const int fd = static_cast<int>(run.ready["fd"]);
-  const std::string link = std::filesystem::read_symlink("/proc/" + std::to_string(parent) + "/fd/" +
-                                                         std::to_string(fd));
+  const std::string link =
+      std::filesystem::read_symlink("/proc/" + std::to_string(parent) + "/fd/" + std::to_string(fd));
   ASSERT_EQ(link.rfind("pipe:[", 0), 0u) << link;
   const uint64_t inode = std::stoull(link.substr(6));
   LiveOptions opt = wait_options({parent, child}, 5'000'000);
@@ -231,9 +231,10 @@ TEST_P(LiveWaits, ShortWaitsAreSummedWithTheirWaker) {
   Sum reads = sum(parent, kNrRead), slept = sleeps(child);
   const uint64_t all_reads = reads.count + long_reads(), all_sleeps = slept.count + long_sleeps();
   std::cout << got.summary() << "\nparent reads: " << reads.count << " in " << reads.records << " records, "
-            << reads.sum_ns / 1000 << " us, " << reads.by_child << " woken by the child; child sleeps: "
-            << slept.count << ", " << slept.timed_out << " timed out; reported on their own: " << long_reads()
-            << " reads, " << long_sleeps() << " sleeps\n";
+            << reads.sum_ns / 1000 << " us, " << reads.by_child
+            << " woken by the child; child sleeps: " << slept.count << ", " << slept.timed_out
+            << " timed out; reported on their own: " << long_reads() << " reads, " << long_sleeps()
+            << " sleeps\n";
   // Every read waited for the child's next write (it sleeps first).
   EXPECT_GE(all_reads, static_cast<uint64_t>(kWaits - 1));
   EXPECT_LE(all_reads, static_cast<uint64_t>(kWaits));

@@ -66,7 +66,8 @@ Result<bool> SharedMaps::reuse_in(struct bpf_object* obj) const {
   if (wake_batches >= 0)
     if (bpf_map* map = bpf_object__find_map_by_name(obj, "wake_batches"))
       if (int err = bpf_map__reuse_fd(map, wake_batches))
-        return make_error(fmt::format("failed to share map wake_batches: {}", std::strerror(err < 0 ? -err : err)));
+        return make_error(
+            fmt::format("failed to share map wake_batches: {}", std::strerror(err < 0 ? -err : err)));
   return true;
 }
 

@@ -419,15 +419,28 @@ void Aggregator::add(const TraceEvent& e) {
     case HT_EV_FUTEX_WAIT: {
       uint64_t start = e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0;
       add_blocked({start, e.ts_ns, e.uaddr, -1, e.type, e.kstack_id, e.ustack_id}, e.tid);
-      add_wait_total({e.type, e.tgid, e.tid, start, e.ts_ns, HT_NR_futex, -1, HT_OBJ_UNKNOWN, e.uaddr, e.ret, 0,
-                      {}, e.kstack_id, e.ustack_id});
+      add_wait_total({e.type,
+                      e.tgid,
+                      e.tid,
+                      start,
+                      e.ts_ns,
+                      HT_NR_futex,
+                      -1,
+                      HT_OBJ_UNKNOWN,
+                      e.uaddr,
+                      e.ret,
+                      0,
+                      {},
+                      e.kstack_id,
+                      e.ustack_id});
       break;
     }
     case HT_EV_SYSCALL_BLOCK: {
       uint64_t start = e.ts_ns >= e.duration_ns ? e.ts_ns - e.duration_ns : 0;
-      add_blocked({start, e.ts_ns, static_cast<uint64_t>(e.nr), e.fd, e.type, e.kstack_id, e.ustack_id}, e.tid);
-      add_wait_total({e.type, e.tgid, e.tid, start, e.ts_ns, e.nr, e.fd, e.obj_kind, e.obj_inode, e.ret, e.mnt_id,
-                      e.file, e.kstack_id, e.ustack_id});
+      add_blocked({start, e.ts_ns, static_cast<uint64_t>(e.nr), e.fd, e.type, e.kstack_id, e.ustack_id},
+                  e.tid);
+      add_wait_total({e.type, e.tgid, e.tid, start, e.ts_ns, e.nr, e.fd, e.obj_kind, e.obj_inode, e.ret,
+                      e.mnt_id, e.file, e.kstack_id, e.ustack_id});
       break;
     }
     case HT_EV_SHORT_WAITS:
@@ -499,8 +512,20 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
       std::memcpy(&r, data, sizeof r);
       uint64_t start = h.ts_ns >= r.duration_ns ? h.ts_ns - r.duration_ns : 0;
       add_blocked({start, h.ts_ns, r.uaddr, -1, h.type, r.kstack_id, r.ustack_id}, static_cast<int>(h.tid));
-      add_wait_total({h.type, static_cast<int>(h.tgid), static_cast<int>(h.tid), start, h.ts_ns, HT_NR_futex, -1,
-                      HT_OBJ_UNKNOWN, r.uaddr, r.ret, 0, {}, r.kstack_id, r.ustack_id});
+      add_wait_total({h.type,
+                      static_cast<int>(h.tgid),
+                      static_cast<int>(h.tid),
+                      start,
+                      h.ts_ns,
+                      HT_NR_futex,
+                      -1,
+                      HT_OBJ_UNKNOWN,
+                      r.uaddr,
+                      r.ret,
+                      0,
+                      {},
+                      r.kstack_id,
+                      r.ustack_id});
       return Raw::Added;
     }
     case HT_EV_SYSCALL_BLOCK: {
