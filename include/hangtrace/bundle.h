@@ -41,7 +41,7 @@ const std::vector<std::string>& optional_bundle_file_names();
 
 struct BundleMeta {
   std::string schema = kBundleSchema;
-  std::string trigger;           // "hang", "oom-kill", "sigbus", "abnormal-exit", "manual"
+  std::string trigger;           // "hang", "oom-kill", "sigbus", "abnormal-exit", "on-demand", "manual"
   std::string cause;             // the top finding's kind ("orphaned-lock"), or the trigger's when none
   std::string verdict;           // "hang", "suspect", "ok"
   std::string summary;           // the verdict's one line

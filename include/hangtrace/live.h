@@ -3,6 +3,7 @@
 // and their causes, RSS series, who woke whom — in bounded memory.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -152,25 +153,37 @@ struct ThreadTimes {
 // or just before the wait): every wait, not only the recent ones
 // `LiveObservation::blocked` keeps.
 struct WaitTotal {
-  uint32_t type = 0;  // HT_EV_FUTEX_WAIT or HT_EV_SYSCALL_BLOCK
-  int pid = 0;        // the waiter's process
-  int64_t nr = -1;    // syscall (HT_NR_*); futex waits: HT_NR_futex
+  uint32_t type = 0;      // HT_EV_FUTEX_WAIT or HT_EV_SYSCALL_BLOCK
+  int pid = 0;            // the waiter's process
+  int64_t nr = -1;        // syscall (HT_NR_*); futex waits: HT_NR_futex
   uint32_t obj_kind = 0;  // ht_obj_kind of the fd (syscalls)
   // futex: uaddr; syscall: the fd's inode (0: none); files: one total per
   // mount and directory (a loader opens a new file per sample), so a hash of
   // mnt_id and the directory's name.
   uint64_t object = 0;
-  int fd = -1;            // the last call's fd
+  int fd = -1;                       // the last call's fd
   int waker_pid = 0, waker_tid = 0;  // 0: no wakeup seen (timed out, a signal, or not sampled)
   std::string waker_comm;
   bool timed_out = false;  // ended by its timeout (-ETIMEDOUT, poll/select/epoll returned 0, a sleep)
   // Files (obj_kind HT_OBJ_FILE): where the file lives, from the record.
   uint32_t mnt_id = 0;
   std::vector<std::string> files;  // names as the records carry them ("dir/name"), a few examples
-  int32_t ustack_id = -1;   // one call's user stack (key of user_stacks with the thread's pid)
-  int32_t kstack_id = -1;   // one call's kernel stack
+  int32_t ustack_id = -1;          // one call's user stack (key of user_stacks with the thread's pid)
+  int32_t kstack_id = -1;          // one call's kernel stack
   uint64_t count = 0, sum_ns = 0;
+  // Of sum_ns, the time inside one of the thread's GPU host waits
+  // (a synchronize call, a synchronous copy): the driver's own wait.
+  uint64_t in_gpu_ns = 0;
   uint32_t buckets[32] = {};  // log2 of the wait in microseconds, as HT_HIST_BUCKETS
+};
+
+// A thread's GPU host waits (gpu_fn_is_host_wait) that returned in the
+// window, clipped to it: the stall profile's "gpu" time, whether the thread
+// slept in the driver (WaitTotal::in_gpu_ns) or spun on a CPU.
+struct GpuHostWaits {
+  int pid = 0;
+  uint64_t calls = 0, ns = 0;
+  std::map<uint32_t, uint64_t> ns_by_fn;  // by enum ht_gpu_fn
 };
 
 // On-CPU samples of the traced threads, taken from outside the processes
@@ -178,9 +191,9 @@ struct WaitTotal {
 // outermost first and ';'-joined (Python frames "file.py:LINE func", native
 // ones their function name).
 struct CpuSamples {
-  uint32_t hz = 0;              // 0: the sampler did not run
-  uint64_t samples = 0;         // samples of traced threads
-  uint64_t unreadable = 0;      // samples whose stack could not be read
+  uint32_t hz = 0;          // 0: the sampler did not run
+  uint64_t samples = 0;     // samples of traced threads
+  uint64_t unreadable = 0;  // samples whose stack could not be read
   std::map<int, std::map<std::string, uint64_t>> by_tid;
 };
 
@@ -220,9 +233,10 @@ struct LiveObservation {
   std::map<int, std::pair<uint64_t, uint64_t>> shm_usage;
   GpuObservation gpu;
   // The stall profile's inputs (include/hangtrace/profile.h).
-  std::map<int, ThreadTimes> thread_times;           // by tid
+  std::map<int, ThreadTimes> thread_times;            // by tid
   std::map<int, std::vector<WaitTotal>> wait_totals;  // by tid, at most kMaxWaitTotalsPerThread each
   uint64_t wait_totals_dropped = 0;                   // waits not summed: a thread or key past the bounds
+  std::map<int, GpuHostWaits> gpu_host_waits;         // by tid
   // The mounts file waits went to, by (pid, mnt_id), from the process's
   // mountinfo when the window closed.
   std::map<std::pair<int, uint32_t>, MountEntry> file_mounts;
@@ -277,11 +291,31 @@ class Aggregator {
     uint32_t type;
     int32_t kstack_id, ustack_id;
   };
+  // A wait as it was summed, kept for a GPU host wait that covers it and is
+  // reported after it (the call's record comes when the call returns).
+  struct RecentWait {
+    uint64_t start_ns = 0, end_ns = 0, ns = 0;  // ns 0: claimed, or none
+    uint32_t total = 0;                         // index in the thread's wait_totals
+  };
+  static constexpr size_t kRecentWaits = 8;
+  static constexpr size_t kRecentGpuCalls = 4;
   struct IntervalRing {
     std::vector<RawInterval> slots;  // grows to per_thread_, then wraps
     size_t next = 0;                 // the oldest once full
+    std::array<RecentWait, kRecentWaits> recent{};
+    uint32_t recent_next = 0;
+    // The thread's last GPU host waits, for waits summed after them
+    // (short waits still in the kernel when the call returned).
+    std::array<std::pair<uint64_t, uint64_t>, kRecentGpuCalls> gpu_calls{};
+    uint32_t gpu_next = 0;
   };
+  IntervalRing& ring_of(int tid);
   void add_blocked(const RawInterval& b, int tid);
+  // live_wait_totals.cpp: the wait just summed into `t` (of `tid`'s
+  // totals) inside a GPU host wait, now or when one is reported.
+  void note_recent_wait(int tid, uint64_t start_ns, uint64_t end_ns, uint64_t ns, WaitTotal& t);
+  void add_gpu_host_wait(const GpuCall& c);
+  std::vector<WaitTotal>* last_totals_ = nullptr;  // the vector wait_total_of last returned into
  public:
   // One streamed wait into LiveObservation::wait_totals (live_wait_totals.cpp).
   struct WaitRecord {
@@ -303,7 +337,7 @@ class Aggregator {
  private:
   void add_wait_total(const WaitRecord& w);
   // Waits under the streaming threshold, summed in the kernel (ht_short_waits).
-  void add_short_waits(int tgid, int tid, const ShortWaits& w);
+  void add_short_waits(int tgid, int tid, uint64_t end_ns, const ShortWaits& w);
   // The thread's total for one key, made if there is room (else counted in
   // wait_totals_dropped and nullptr).
   WaitTotal* wait_total_of(int tgid, int tid, uint32_t type, int64_t nr, uint32_t obj_kind, uint64_t object,

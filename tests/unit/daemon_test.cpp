@@ -88,6 +88,30 @@ TEST(DaemonIncidents, WhichDeathsAreBundled) {
   EXPECT_EQ(exit_incident(9), std::nullopt);
 }
 
+// One sampled pass's view of a job's main thread, as the cause its time
+// counts under (hangtrace_main_thread_seconds_total{cause}).
+TEST(DaemonMainThreadCause, EachSampledStateCountsUnderItsCause) {
+  const uint32_t none = HT_OBJ_UNKNOWN;
+  EXPECT_STREQ(sampled_main_cause(true, false, 0, false, none, true), "on-cpu");
+  // On a CPU wins over a syscall caught at its start.
+  EXPECT_STREQ(sampled_main_cause(true, true, HT_WAIT_FUTEX, false, none, true), "on-cpu");
+  EXPECT_STREQ(sampled_main_cause(false, false, 0, false, none, true), "other");
+  // A poll or pipe read: waiting for batches only when the job has workers.
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_POLL, true, HT_OBJ_PIPE, true), "dataloader");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_POLL, true, none, true), "dataloader");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_IO, false, HT_OBJ_PIPE, true), "dataloader");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_POLL, true, none, false), "sleep");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_POLL, false, none, false), "other");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_IO, false, HT_OBJ_ANON, true), "other");
+  // The fd says more than the call: a file is storage, a socket the network.
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_IO, false, HT_OBJ_FILE, true), "storage-io");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_POLL, true, HT_OBJ_SOCKET, true), "network");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_NET, false, none, false), "network");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_FUTEX, true, none, true), "lock");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_SLEEP, true, none, true), "sleep");
+  EXPECT_STREQ(sampled_main_cause(false, true, HT_WAIT_CHILD, false, none, true), "other");
+}
+
 TEST(DaemonHistograms, Log2BucketsFoldIntoPowersOfFour) {
   const auto& bounds = exported_bucket_bounds();
   ASSERT_EQ(bounds.size(), 15u);

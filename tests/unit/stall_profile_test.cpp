@@ -307,5 +307,108 @@ TEST(WaitTotals, RecordsAreSummedByObjectAndWakerFilesByDirectoryAndClippedToThe
   EXPECT_EQ(r.files, (std::vector<std::string>{"train/0.jpg", "train/1.jpg", "train/2.jpg"}));
 }
 
+// A synchronize call's record comes when it returns, after the waits it
+// slept in; a thread's short waits can come after it (summed in the kernel
+// past the call's end). Either way the waits inside it are marked.
+TEST(WaitTotals, WaitsInsideAGpuHostWaitAreMarkedWhicheverRecordComesFirst) {
+  Aggregator a;
+  a.set_window_start(kStart);
+  auto futex_wait = [&](uint64_t end_ns, uint64_t duration_ns, uint64_t uaddr) {
+    ht_futex_event r{};
+    r.hdr.type = HT_EV_FUTEX_WAIT;
+    r.hdr.size = sizeof r;
+    r.hdr.tgid = 100;
+    r.hdr.tid = 100;
+    r.hdr.ts_ns = end_ns;
+    r.uaddr = uaddr;
+    r.duration_ns = duration_ns;
+    r.kstack_id = -1;
+    r.ustack_id = -1;
+    ASSERT_EQ(a.add_raw(&r, sizeof r), Aggregator::Raw::Added);
+  };
+  futex_wait(kStart + 500'000'000ull, 300'000'000ull, 0x9000);   // before the call
+  futex_wait(kStart + 1400'000'000ull, 400'000'000ull, 0x7000);  // inside it
+  TraceEvent call;
+  call.type = HT_EV_GPU_CALL;
+  call.tgid = 100;
+  call.tid = 100;
+  call.ts_ns = kStart + 1500'000'000ull;
+  call.gpu_call.pid = 100;
+  call.gpu_call.tid = 100;
+  call.gpu_call.fn = HT_GPU_STREAM_SYNCHRONIZE;
+  call.gpu_call.start_ns = kStart + 900'000'000ull;
+  call.gpu_call.end_ns = kStart + 1500'000'000ull;
+  a.add(call);
+  // Summed in the kernel, sent after the call's record.
+  ht_short_waits_event sw{};
+  sw.hdr.type = HT_EV_SHORT_WAITS;
+  sw.hdr.size = sizeof sw;
+  sw.hdr.tgid = 100;
+  sw.hdr.tid = 100;
+  sw.hdr.ts_ns = kStart + 1450'000'000ull;
+  sw.waits.nr = HT_NR_futex;
+  sw.waits.object = 0x7004;
+  sw.waits.fd = -1;
+  sw.waits.count = 5;
+  sw.waits.futex = 1;
+  sw.waits.sum_ns = 25'000'000ull;
+  ASSERT_EQ(a.add_raw(&sw, sizeof sw), Aggregator::Raw::Added);
+  // A copy that does not wait for the device is no host wait.
+  call.gpu_call.fn = HT_GPU_LAUNCH_KERNEL;
+  call.gpu_call.start_ns = kStart;
+  a.add(call);
+  LiveObservation o = a.finish(kStart, kStart + kWindow, 4, 0);
+  ASSERT_EQ(o.wait_totals[100].size(), 3u);
+  for (const WaitTotal& w : o.wait_totals[100]) {
+    if (w.object == 0x9000) EXPECT_EQ(w.in_gpu_ns, 0u);
+    if (w.object == 0x7000) EXPECT_EQ(w.in_gpu_ns, 400'000'000ull);
+    if (w.object == 0x7004) EXPECT_EQ(w.in_gpu_ns, 25'000'000ull);
+  }
+  ASSERT_EQ(o.gpu_host_waits.count(100), 1u);
+  EXPECT_EQ(o.gpu_host_waits[100].calls, 1u);
+  EXPECT_EQ(o.gpu_host_waits[100].ns, 600'000'000ull);
+  EXPECT_EQ(o.blocked[100].size(), 2u);  // the GPU call adds no blocked interval
+}
+
+// main 100 synchronizes for 4 s of its 8: 1.5 s asleep in a futex the
+// driver's thread 101 ends, 2.5 s spinning; then one more call still in
+// progress for the last second. All of it is "gpu", none on-cpu or lock.
+TEST(StallProfile, TimeInGpuHostWaitsIsGpuWhetherTheThreadSleptOrSpun) {
+  SnapshotBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  b.thread(100, 100);
+  b.thread(100, 101);
+  WindowBuilder w;
+  w.times(100, 100, 5.0);
+  WaitTotal& f = w.futex(100, 100, 0x7000, 2.0, 20, 100, 101);
+  f.in_gpu_ns = 1'500'000'000ull;
+  GpuHostWaits& h = w.o.gpu_host_waits[100];
+  h.pid = 100;
+  h.calls = 10;
+  h.ns = 4 * kS;
+  h.ns_by_fn[HT_GPU_STREAM_SYNCHRONIZE] = 4 * kS;
+  StallProfile p = build_stall_profile(b.s, w.o);
+  ASSERT_EQ(p.mains.size(), 1u);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::Gpu), 0.5, 1e-6);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::OnCpu), 2.5 / 8, 1e-6);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::Lock), 0.5 / 8, 1e-6);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::Other), 1.0 / 8, 1e-6);
+  const CauseShare* gpu = p.mains.front().cause(StallCause::Gpu);
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_FALSE(gpu->objects.empty());
+  EXPECT_EQ(gpu->objects.front().what, "cuStreamSynchronize");
+
+  GpuThreadState open;
+  open.pid = 100;
+  open.tid = 100;
+  open.in_fn = HT_GPU_STREAM_SYNCHRONIZE;
+  open.in_since_ns = kStart + kWindow - kS;
+  w.o.gpu.threads.push_back(open);
+  p = build_stall_profile(b.s, w.o);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::Gpu), 5.0 / 8, 1e-6);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::OnCpu), 2.5 / 8, 1e-6);
+  EXPECT_NEAR(share(p.mains.front(), StallCause::Other), 0, 1e-6);
+}
+
 }  // namespace
 }  // namespace hangtrace

@@ -24,9 +24,11 @@ namespace hangtrace::cli {
 namespace {
 
 // Records that would flood the recorder without telling a postmortem more
-// (CUPTI activity: one per kernel), and ones the steady state never streams.
+// (CUPTI activity: one per kernel), and ones the steady state never streams
+// (short waits: an on-demand profile's, daemon_profile.cpp).
 bool worth_recording(uint32_t type) {
-  return type != HT_EV_GPU_ACTIVITY && type != HT_EV_FUTEX_WAKE && type != HT_EV_WAKEUP;
+  return type != HT_EV_GPU_ACTIVITY && type != HT_EV_FUTEX_WAKE && type != HT_EV_WAKEUP &&
+         type != HT_EV_SHORT_WAITS;
 }
 
 std::string trim_comm(const char* comm, size_t n) { return std::string(comm, strnlen(comm, n)); }
@@ -115,6 +117,7 @@ void Daemon::on_record(const void* data, size_t size) {
   if (owner == job_of_.end()) return;
   Job& job = jobs_.at(owner->second);
   if (worth_recording(h.type)) job.recorder->add(h.ts_ns, data, size);
+  if (profile_) profile_record(data, size);
 
   auto incident = [&](const std::string& trigger, int pid, const std::string& comm) {
     if (!job.incident_seen.insert({pid, trigger}).second) return;
@@ -154,13 +157,15 @@ void Daemon::on_record(const void* data, size_t size) {
   }
 }
 
-int Daemon::run(const std::atomic<bool>& stop) {
+int Daemon::run(const std::atomic<bool>& stop, std::atomic<bool>* profile) {
   if (nvml_->usable()) nvml_->start();
   std::string address = metrics_->bound_address();
   std::fprintf(
-      stderr, "hangtrace daemon: ready: bundles in %s, metrics %s, hang after %.0f s, %s steady state\n",
+      stderr,
+      "hangtrace daemon: ready: bundles in %s, metrics %s, hang after %.0f s, %s steady state, SIGUSR1 to "
+      "profile for %.0f s\n",
       options_.bundle_dir.c_str(), address.empty() ? "off" : ("on http://" + address + "/metrics").c_str(),
-      options_.hang_after_s, options_.steady_state.c_str());
+      options_.hang_after_s, options_.steady_state.c_str(), options_.profile_seconds);
   // Bundles a writer that died left half-written, and the retention limit.
   prune_bundles(options_.bundle_dir, options_.keep_bundles);
   auto sink = [this](const void* data, size_t size) { on_record(data, size); };
@@ -176,6 +181,8 @@ int Daemon::run(const std::atomic<bool>& stop) {
       last_sample_ns_ = now_ns();
       sample_waits(last_sample_ns_);
     }
+    if (profile && profile->exchange(false)) start_profile(now_ns());
+    continue_profile(now_ns());
     check_jobs(now_ns());
     if (now - last_metrics_ns_ >= 1'000'000'000ull) update_metrics(now);
   }

@@ -21,6 +21,7 @@
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
 #include "hangtrace/procfs.h"
+#include "hangtrace/profile.h"
 #include "hangtrace/result.h"
 #include "hangtrace/wait_sampler.h"
 #include "live_sched.h"
@@ -48,6 +49,9 @@ struct DaemonOptions {
   std::string steady_state = "sampled";
   double sample_every_s = 1;
   double suspect_after_s = 0;  // 0: hang_after / 4, at least two checks
+  // SIGUSR1: the exact hooks and every wait summed for this long, then a
+  // bundle per job with its stall profile (trigger "on-demand").
+  double profile_seconds = 5;
   int verbosity = 0;
   bool sampled() const { return steady_state == "sampled"; }
 };
@@ -56,7 +60,9 @@ class Daemon {
  public:
   static Result<std::unique_ptr<Daemon>> start(const DaemonOptions& options);
   // Runs until `stop` is set (SIGTERM, SIGINT); returns the exit status.
-  int run(const std::atomic<bool>& stop);
+  // `profile` set (SIGUSR1): an on-demand profile of every job starts (the
+  // flag is cleared when it is taken).
+  int run(const std::atomic<bool>& stop, std::atomic<bool>* profile = nullptr);
 
  private:
   struct Incident {
@@ -95,6 +101,17 @@ class Daemon {
     uint64_t from_ns = 0, to_ns = 0;  // to_ns 0: still attached
   };
 
+  // An on-demand profile window (daemon_profile.cpp): its records go to
+  // their own aggregator, not to the flight recorders.
+  struct ProfileWindow {
+    uint64_t start_ns = 0, due_ns = 0, last_times_ns = 0;
+    std::set<int> tgids;  // the tracked processes at its start, and those forked in it
+    Aggregator aggregator;
+    std::map<int, ThreadTimes> thread_times;
+    std::map<int, procfs::Schedstat> first_schedstat;
+    uint64_t undecodable = 0, events_at_start = 0, dropped_at_start = 0;
+  };
+
   explicit Daemon(const DaemonOptions& o) : options_(o) {}
   void on_record(const void* data, size_t size);
   void scan();
@@ -105,7 +122,14 @@ class Daemon {
   void check_jobs(uint64_t now);
   void write_due_incidents(Job& job, uint64_t now);
   void check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups);
-  void write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns, const std::string& note);
+  // `window`: the observation of an on-demand profile, instead of the
+  // flight recorder's replay.
+  void write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns, const std::string& note,
+                        const LiveObservation* window = nullptr);
+  void start_profile(uint64_t now);
+  void profile_record(const void* data, size_t size);
+  void continue_profile(uint64_t now);
+  void finish_profile(uint64_t now);
   void update_metrics(uint64_t now);
   void sample_waits(uint64_t now);
   void record_sampled_wait(const SampledWait& w);
@@ -140,6 +164,7 @@ class Daemon {
   // A pass's view of each job's main thread, as its share of time by cause.
   void add_main_thread_causes(const std::vector<TaskBrief>& briefs, uint64_t now);
   std::unique_ptr<WaitSampler> sampler_;
+  std::unique_ptr<ProfileWindow> profile_;
   HotPeriod hot_now_, hot_last_;
   uint64_t hot_attachments_ = 0;
   std::string kernel_release_, hostname_;

@@ -19,7 +19,10 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
+std::atomic<bool> g_profile{false};
+
 void on_stop(int) { g_stop = true; }
+void on_profile(int) { g_profile = true; }
 
 // The capabilities the daemon cannot do its job without (docs/deploy.md has
 // what breaks without each); `alt` also does (-1: none).
@@ -63,7 +66,9 @@ int run_daemon(const DaemonOptions& o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  return (*d)->run(g_stop);
+  sa.sa_handler = on_profile;
+  sigaction(SIGUSR1, &sa, nullptr);
+  return (*d)->run(g_stop, &g_profile);
 }
 
 }  // namespace
@@ -101,6 +106,10 @@ Subcommand add_daemon_subcommand(CLI::App& parent) {
                   "the sampled steady state attaches the exact hooks when a job made no progress for this "
                   "long (default: hang-after/4, at least two progress samples)")
       ->check(CLI::Range(0.0, 1e7));
+  app->add_option("--profile-seconds", o->profile_seconds,
+                  "on SIGUSR1, profile every tracked job this long (every wait counted, the exact hooks "
+                  "attached), then write a bundle per job with its stall profile; default 5")
+      ->check(CLI::Range(1.0, 600.0));
   app->add_option("--bundle-dir", o->bundle_dir,
                   "where postmortem bundles go (default /var/lib/hangtrace/bundles)");
   app->add_option("--keep", o->keep_bundles, "keep the newest N bundles (default 50)")

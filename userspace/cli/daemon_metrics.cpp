@@ -35,10 +35,11 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
            .Register(r);
   m->hangs_detected_ =
       &BuildCounter().Name("hangtrace_hangs_detected_total").Help("Hangs detected, by cause").Register(r);
-  m->bundles_ = &BuildCounter()
-                     .Name("hangtrace_bundles_written_total")
-                     .Help("Postmortem bundles written, by trigger (hang, oom-kill, sigbus, abnormal-exit)")
-                     .Register(r);
+  m->bundles_ =
+      &BuildCounter()
+           .Name("hangtrace_bundles_written_total")
+           .Help("Postmortem bundles written, by trigger (hang, oom-kill, sigbus, abnormal-exit, on-demand)")
+           .Register(r);
   m->bundle_errors_ = &BuildCounter()
                            .Name("hangtrace_bundle_errors_total")
                            .Help("Postmortem bundles that could not be written")
@@ -54,11 +55,13 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
                "Time tracked threads spent blocked per wait, by role and wait kind (in kernel while the "
                "exact hooks are attached; else sampled: the waits of at least --sample-every)")
            .Register(r);
-  m->main_time_ = &BuildCounter()
-                       .Name("hangtrace_main_thread_seconds_total")
-                       .Help("Seconds the tracked jobs' main threads spent, by stall cause (on-cpu, dataloader, "
-                             "storage-io, network, lock, sleep, other), from the 1 s sampled passes")
-                       .Register(r);
+  m->main_time_ =
+      &BuildCounter()
+           .Name("hangtrace_main_thread_seconds_total")
+           .Help(
+               "Seconds the tracked jobs' main threads spent, by stall cause (on-cpu, dataloader, "
+               "storage-io, network, lock, sleep, other), from the 1 s sampled passes")
+           .Register(r);
   m->gpu_idle_ = &BuildCounter()
                       .Name("hangtrace_gpu_idle_seconds_total")
                       .Help("Seconds a GPU used by a tracked job was idle (NVML utilization <= 5%)")
@@ -81,7 +84,7 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
                           .Register(r);
   // Series an alert takes increase() of exist from the start, at 0.
   for (const char* how : {"oom-kill", "signal", "exit-nonzero"}) m->deaths_->Add({{"how", how}});
-  for (const char* trigger : {"hang", "oom-kill", "sigbus", "abnormal-exit"})
+  for (const char* trigger : {"hang", "oom-kill", "sigbus", "abnormal-exit", "on-demand"})
     m->bundles_->Add({{"trigger", trigger}});
   m->recorder_ = &BuildGauge()
                       .Name("hangtrace_recorder")

@@ -50,7 +50,8 @@ void Daemon::set_exact_hooks(uint64_t now) {
     uint64_t last = job.watch->last_progress_ns();
     if (!job.hung && last && job.pids.count(root) && now - last >= suspect_after) suspects.push_back(root);
   }
-  const bool want = !suspects.empty();
+  // An on-demand profile (daemon_profile.cpp) keeps them while it runs.
+  const bool want = !suspects.empty() || profile_;
   if (want == tracer_->hot_hooks_attached()) return;
   if (auto done = tracer_->set_hot_hooks(want); !done) {
     log(0, fmt::format("failed to {} the exact hooks: {}", want ? "attach" : "detach", done.error()));
@@ -61,12 +62,15 @@ void Daemon::set_exact_hooks(uint64_t now) {
     ++hot_attachments_;
     std::string who;
     for (int root : suspects) who += fmt::format("{}{}", who.empty() ? "" : ", ", root);
-    log(0, fmt::format("exact hooks attached: no progress from job {} for {:.0f} s", who,
-                       static_cast<double>(suspect_after) / 1e9));
+    if (who.empty())
+      log(0, "exact hooks attached: an on-demand profile");
+    else
+      log(0, fmt::format("exact hooks attached: no progress from job {} for {:.0f} s", who,
+                         static_cast<double>(suspect_after) / 1e9));
   } else {
     hot_last_ = {hot_now_.from_ns, now};
     hot_now_ = {};
-    log(0, "exact hooks detached: no job looks stuck");
+    log(0, "exact hooks detached: no job looks stuck and no profile is being taken");
   }
 }
 
@@ -137,10 +141,11 @@ void Daemon::add_main_thread_causes(const std::vector<TaskBrief>& briefs, uint64
   for (const TaskBrief& b : briefs) {
     if (b.tid != b.tgid || !jobs_.count(b.tgid)) continue;  // the main thread of a job's root
     const SampledCall call = classify_sampled_call(b.syscall_nr, b.syscall_args);
-    const uint32_t fd_kind = call.is_wait && call.fd >= 0 ? sampled_fd_info(b.tgid, call.fd).obj_kind : static_cast<uint32_t>(HT_OBJ_UNKNOWN);
+    const uint32_t fd_kind = call.is_wait && call.fd >= 0 ? sampled_fd_info(b.tgid, call.fd).obj_kind
+                                                          : static_cast<uint32_t>(HT_OBJ_UNKNOWN);
     metrics_->add_main_thread_time(
-        daemon::sampled_main_cause(b.on_cpu, b.syscall_nr >= 0 && call.is_wait, call.wait_kind, call.timed, fd_kind,
-                                   processes[b.tgid] > 1),
+        daemon::sampled_main_cause(b.on_cpu, b.syscall_nr >= 0 && call.is_wait, call.wait_kind, call.timed,
+                                   fd_kind, processes[b.tgid] > 1),
         static_cast<double>(since) / 1e9);
   }
 }

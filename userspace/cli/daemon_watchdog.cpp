@@ -123,10 +123,10 @@ void Daemon::check_jobs(uint64_t now) {
 }
 
 void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns,
-                              const std::string& note) {
+                              const std::string& note, const LiveObservation* window) {
   const double offset = mono_to_unix_offset_s();
   const uint64_t now = now_ns();
-  LiveObservation live = job.recorder->replay(job.tracked_since_ns, now);
+  LiveObservation live = window ? *window : job.recorder->replay(job.tracked_since_ns, now);
   for (const auto& m : job.dead_meta) live.meta[m.pid] = m;
   for (const auto& [pid, m] : job.meta) live.meta[pid] = m;
   tracer_->contribute(live);

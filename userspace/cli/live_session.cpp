@@ -45,20 +45,6 @@ Result<std::unique_ptr<LiveSession>> LiveSession::start(const std::vector<int>& 
   return s;
 }
 
-void LiveSession::read_file_mounts(LiveObservation& o) const {
-  std::map<int, std::set<uint32_t>> wanted;
-  for (const auto& [tid, totals] : o.wait_totals)
-    for (const auto& t : totals)
-      if (t.mnt_id) wanted[t.pid].insert(t.mnt_id);
-  procfs::ProcFs proc;
-  for (const auto& [pid, ids] : wanted) {
-    auto table = proc.mountinfo(pid);
-    if (!table) continue;
-    for (const auto& m : table->mounts)
-      if (ids.count(static_cast<uint32_t>(m.mount_id))) o.file_mounts[{pid, static_cast<uint32_t>(m.mount_id)}] = m;
-  }
-}
-
 void LiveSession::sample_thread_times(bool window_start) {
   last_times_ns_ = now_ns();
   read_thread_times(procfs::ProcFs(), traced_, last_times_ns_, window_start, thread_times_, first_schedstat_);
@@ -197,7 +183,7 @@ LiveObservation LiveSession::finish(const UserSymbolizer& symbolize_user) {
   LiveObservation o = aggregator_.finish(start_ns_, now_ns(), tracer_->counter(HT_CNT_EVENTS),
                                          tracer_->counter(HT_CNT_DROPPED));
   o.thread_times = thread_times_;
-  read_file_mounts(o);
+  read_file_mounts(procfs::ProcFs(), o);
   o.undecodable = undecodable_;
   o.stacks_lost = tracer_->counter(HT_CNT_STACKS_LOST);
   tracer_->contribute(o);

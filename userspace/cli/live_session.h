@@ -70,7 +70,6 @@ class LiveSession {
   // Each traced thread's schedstat: the stall profile's time on CPU.
   void sample_thread_times(bool window_start);
   // The mounts the window's file waits went to (mountinfo of their processes).
-  void read_file_mounts(LiveObservation& o) const;
   std::map<int, ThreadTimes> thread_times_;
   std::map<int, procfs::Schedstat> first_schedstat_;
   uint64_t last_times_ns_ = 0;

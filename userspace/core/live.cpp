@@ -444,7 +444,7 @@ void Aggregator::add(const TraceEvent& e) {
       break;
     }
     case HT_EV_SHORT_WAITS:
-      add_short_waits(e.tgid, e.tid, e.short_waits);
+      add_short_waits(e.tgid, e.tid, e.ts_ns, e.short_waits);
       break;
     case HT_EV_WAKEUP: {
       obs_.last_waker[e.tid] = e;
@@ -458,6 +458,7 @@ void Aggregator::add(const TraceEvent& e) {
       bounded_push(obs_.tcp);
       break;
     case HT_EV_GPU_CALL:
+      add_gpu_host_wait(e.gpu_call);
       obs_.gpu.calls.push_back(e.gpu_call);
       if (obs_.gpu.calls.size() > max_list_) obs_.gpu.calls.pop_front();
       break;
@@ -546,7 +547,7 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
       ht_short_waits_event r;
       if (h.size > size || size < sizeof r) return Raw::Undecodable;
       std::memcpy(&r, data, sizeof r);
-      add_short_waits(static_cast<int>(h.tgid), static_cast<int>(h.tid), short_waits_of(r.waits));
+      add_short_waits(static_cast<int>(h.tgid), static_cast<int>(h.tid), h.ts_ns, short_waits_of(r.waits));
       return Raw::Added;
     }
     default:
@@ -554,13 +555,17 @@ Aggregator::Raw Aggregator::add_raw(const void* data, size_t size) {
   }
 }
 
-void Aggregator::add_blocked(const RawInterval& b, int tid) {
+Aggregator::IntervalRing& Aggregator::ring_of(int tid) {
   if (!last_ring_ || tid != last_tid_) {
     last_ring_ = &rings_[tid];
     last_tid_ = tid;
   }
+  return *last_ring_;
+}
+
+void Aggregator::add_blocked(const RawInterval& b, int tid) {
   blocked_dirty_ = true;
-  IntervalRing& r = *last_ring_;
+  IntervalRing& r = ring_of(tid);
   if (r.slots.size() < per_thread_) {
     r.slots.push_back(b);
   } else if (per_thread_) {
@@ -573,6 +578,7 @@ void Aggregator::flush_blocked() {
   if (!blocked_dirty_) return;
   blocked_dirty_ = false;
   for (const auto& [tid, ring] : rings_) {
+    if (ring.slots.empty()) continue;  // only short waits or GPU calls of it
     auto& q = obs_.blocked[tid];
     q.clear();
     for (size_t i = 0; i < ring.slots.size(); ++i) {

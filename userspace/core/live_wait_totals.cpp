@@ -1,13 +1,17 @@
 // Every streamed wait of a live window, summed per thread by what it waited
 // on and who ended it: the stall profile's input (include/hangtrace/profile.h).
 // Bounded: kMaxWaitTotalsPerThread keys per thread, kMaxWaitTotalThreads
-// threads; what does not fit is counted in wait_totals_dropped.
+// threads; what does not fit is counted in wait_totals_dropped. A wait inside
+// one of its thread's GPU host waits (cudaStreamSynchronize sleeping in the
+// driver) is marked as such (WaitTotal::in_gpu_ns), whichever of the two
+// records comes first.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/gpu.h"
 #include "hangtrace/live.h"
 #include "hangtrace/syscall_nr.h"
 
@@ -20,6 +24,9 @@ namespace {
 // the earlier record.
 constexpr uint64_t kWakeupSlackNs = 20'000'000;
 constexpr size_t kFileExamples = 4;
+// A wait's edges and its GPU call's are read on different hooks, a few
+// microseconds apart.
+constexpr uint64_t kGpuCallSlackNs = 1'000'000;
 
 bool ended_by_timeout(const Aggregator::WaitRecord& w) {
   if (w.type == HT_EV_FUTEX_WAIT) return w.ret == -ETIMEDOUT;
@@ -87,6 +94,7 @@ void Aggregator::add_wait_total(const WaitRecord& record) {
   const uint64_t ns = w.end_ns > w.start_ns ? w.end_ns - w.start_ns : 0;
   ++t->count;
   t->sum_ns += ns;
+  note_recent_wait(w.tid, w.start_ns, w.end_ns, ns, *t);
   ++t->buckets[log2_bucket_us(ns)];
   t->fd = w.fd;
   if (t->ustack_id < 0) t->ustack_id = w.ustack_id;
@@ -109,6 +117,7 @@ WaitTotal* Aggregator::wait_total_of(int tgid, int tid, uint32_t type, int64_t n
     found = obs_.wait_totals.emplace(tid, std::vector<WaitTotal>{}).first;
   }
   std::vector<WaitTotal>& totals = found->second;
+  last_totals_ = &totals;  // a map's nodes never move
   auto find = [&](uint64_t obj) -> WaitTotal* {
     for (auto it = totals.rbegin(); it != totals.rend(); ++it)
       if (it->type == type && it->nr == nr && it->object == obj && it->waker_tid == waker_tid &&
@@ -136,7 +145,7 @@ WaitTotal* Aggregator::wait_total_of(int tgid, int tid, uint32_t type, int64_t n
   return &t;
 }
 
-void Aggregator::add_short_waits(int tgid, int tid, const ShortWaits& w) {
+void Aggregator::add_short_waits(int tgid, int tid, uint64_t end_ns, const ShortWaits& w) {
   if (!w.count) return;
   const uint32_t type = w.futex ? uint32_t{HT_EV_FUTEX_WAIT} : uint32_t{HT_EV_SYSCALL_BLOCK};
   WaitTotal* t = wait_total_of(tgid, tid, type, w.nr, w.obj_kind, w.object, w.waker_tid, w.timed_out);
@@ -149,6 +158,42 @@ void Aggregator::add_short_waits(int tgid, int tid, const ShortWaits& w) {
   t->sum_ns += w.sum_ns;
   for (size_t i = 0; i < std::size(w.buckets); ++i) t->buckets[i] += w.buckets[i];
   if (!w.futex) t->fd = w.fd;
+  // They took at least their sum, back from when the last one ended.
+  note_recent_wait(tid, end_ns > w.sum_ns ? end_ns - w.sum_ns : 0, end_ns, w.sum_ns, *t);
+}
+
+void Aggregator::note_recent_wait(int tid, uint64_t start_ns, uint64_t end_ns, uint64_t ns, WaitTotal& t) {
+  if (!ns) return;
+  IntervalRing& r = ring_of(tid);
+  for (const auto& [from, to] : r.gpu_calls)
+    if (to && start_ns + kGpuCallSlackNs >= from && end_ns <= to + kGpuCallSlackNs) {
+      t.in_gpu_ns += ns;  // its call was reported first
+      return;
+    }
+  if (!last_totals_ || last_totals_->empty()) return;
+  r.recent[r.recent_next] = {start_ns, end_ns, ns, static_cast<uint32_t>(&t - last_totals_->data())};
+  r.recent_next = static_cast<uint32_t>((r.recent_next + 1) % r.recent.size());
+}
+
+void Aggregator::add_gpu_host_wait(const GpuCall& c) {
+  if (!gpu_fn_is_host_wait(c.fn) || c.tid <= 0) return;
+  const uint64_t start = std::max(c.start_ns, window_start_ns_);
+  if (c.end_ns <= start) return;
+  GpuHostWaits& h = obs_.gpu_host_waits[c.tid];
+  h.pid = c.pid;
+  ++h.calls;
+  h.ns += c.end_ns - start;
+  h.ns_by_fn[c.fn] += c.end_ns - start;
+  IntervalRing& r = ring_of(c.tid);
+  r.gpu_calls[r.gpu_next] = {start, c.end_ns};
+  r.gpu_next = static_cast<uint32_t>((r.gpu_next + 1) % r.gpu_calls.size());
+  auto totals = obs_.wait_totals.find(c.tid);
+  if (totals == obs_.wait_totals.end()) return;
+  for (RecentWait& w : r.recent) {
+    if (!w.ns || w.start_ns + kGpuCallSlackNs < start || w.end_ns > c.end_ns + kGpuCallSlackNs) continue;
+    if (w.total < totals->second.size()) totals->second[w.total].in_gpu_ns += w.ns;
+    w.ns = 0;
+  }
 }
 
 }  // namespace hangtrace

@@ -396,6 +396,35 @@ class Profiler {
     }
   }
 
+  // A thread's time in GPU host waits (synchronize calls, synchronous
+  // copies) in the window: those that returned, and one still in progress.
+  struct GpuTime {
+    uint64_t returned_ns = 0, open_ns = 0, calls = 0;
+    std::string what = "GPU host waits";  // the call with the most time
+  };
+  GpuTime gpu_time(int tid) const {
+    GpuTime out;
+    std::map<uint32_t, uint64_t> by_fn;
+    if (auto h = live_.gpu_host_waits.find(tid); h != live_.gpu_host_waits.end()) {
+      out.returned_ns = h->second.ns;
+      out.calls = h->second.calls;
+      by_fn = h->second.ns_by_fn;
+    }
+    for (const GpuThreadState& t : live_.gpu.threads)
+      if (t.tid == tid && t.in_fn && gpu_fn_is_host_wait(t.in_fn) && t.in_since_ns < live_.end_ns) {
+        const uint64_t open = live_.end_ns - std::max(t.in_since_ns, live_.start_ns);
+        out.open_ns += open;
+        by_fn[t.in_fn] += open;
+      }
+    uint64_t best = 0;
+    for (const auto& [fn, ns] : by_fn)
+      if (ns > best) {
+        best = ns;
+        out.what = gpu_fn_name(fn);
+      }
+    return out;
+  }
+
   // The threads' split of their windows, summed.
   struct GroupTime {
     uint64_t window_ns = 0;
@@ -424,6 +453,8 @@ class Profiler {
     std::map<StallCause, std::map<std::string, Accumulated>> objects;
     std::map<StallCause, std::map<int, uint64_t>> wakers;
     uint64_t waited = 0;
+    const GpuTime gpu = gpu_time(tid);
+    uint64_t gpu_slept = 0;  // of the GPU host waits, the time asleep in the driver
     if (auto wt = live_.wait_totals.find(tid); wt != live_.wait_totals.end()) {
       for (const WaitTotal& w : wt->second) {
         StallCause c = classify(tid, w);
@@ -431,11 +462,32 @@ class Profiler {
         std::string what = what_of(tid, w, &probe);
         probe.calls = w.count;
         for (int i = 0; i < HT_HIST_BUCKETS; ++i) probe.buckets[i] = w.buckets[i];
-        objects[c][what].merge(probe, w.sum_ns);
-        waits[c] += w.sum_ns;
+        // Inside a synchronize call: the thread waits for the device,
+        // whatever the driver waits on to do it.
+        const uint64_t in_gpu = std::min(w.in_gpu_ns, w.sum_ns), rest = w.sum_ns - in_gpu;
+        gpu_slept += in_gpu;
+        if (rest || !in_gpu) objects[c][what].merge(probe, rest);
+        waits[c] += rest;
         waited += w.sum_ns;
-        if (w.waker_tid && w.waker_tid != tid) wakers[c][w.waker_tid] += w.sum_ns;
+        if (w.waker_tid && w.waker_tid != tid) wakers[c][w.waker_tid] += rest;
       }
+    }
+    if (gpu.calls) objects[StallCause::Gpu][gpu.what].calls = gpu.calls;
+    if (gpu_slept) {
+      waits[StallCause::Gpu] += gpu_slept;
+      objects[StallCause::Gpu][gpu.what].ns += gpu_slept;
+    }
+    // The rest of the host waits' time the thread spun on a CPU (the
+    // driver's default when there are more cores than GPUs), or was
+    // waiting for one.
+    const uint64_t gpu_left = gpu.returned_ns > gpu_slept ? gpu.returned_ns - gpu_slept : 0;
+    const uint64_t spun = std::min(gpu_left, cpu), spun_queued = std::min(gpu_left - spun, runq);
+    cpu -= spun;
+    runq -= spun_queued;
+    if (spun + spun_queued) {
+      waits[StallCause::Gpu] += spun + spun_queued;
+      waited += spun + spun_queued;
+      objects[StallCause::Gpu][gpu.what].ns += spun + spun_queued;
     }
     // Waits overlap the CPU readings by a few ms at the window's edges:
     // scaled down so that the causes add up to the window.
@@ -443,13 +495,23 @@ class Profiler {
     const double scale = waited > room ? static_cast<double>(room) / static_cast<double>(waited) : 1.0;
     auto scaled = [&](uint64_t ns) { return static_cast<uint64_t>(static_cast<double>(ns) * scale); };
     uint64_t used = cpu + runq;
-    g.ns[StallCause::OnCpu] += cpu;
-    g.ns[StallCause::Runnable] += runq;
     for (auto& [c, ns] : waits) {
       uint64_t s = std::min(scaled(ns), window - used);
       used += s;
       g.ns[c] += s;
     }
+    // A call still in progress at the end has had none of its waits summed:
+    // the untraced remainder is its, then the CPU it spun on.
+    if (gpu.open_ns) {
+      const uint64_t asleep = std::min(gpu.open_ns, window - used);
+      const uint64_t spinning = std::min(gpu.open_ns - asleep, cpu);
+      used += asleep;
+      cpu -= spinning;
+      g.ns[StallCause::Gpu] += asleep + spinning;
+      g.objects[StallCause::Gpu][gpu.what].ns += asleep + spinning;
+    }
+    g.ns[StallCause::OnCpu] += cpu;
+    g.ns[StallCause::Runnable] += runq;
     g.ns[StallCause::Other] += window - used;
     for (auto& [c, objs] : objects)
       for (auto& [what, a] : objs) g.objects[c][what].merge(a, scaled(a.ns));

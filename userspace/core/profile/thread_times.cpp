@@ -1,7 +1,8 @@
 // The stall profile's CPU accounting: each traced thread's schedstat (time on
 // a CPU, time waiting on a runqueue for one) read when the window opens, now
 // and then while it runs (a thread that dies keeps its last reading), and
-// when it closes. Bounded: at most kMaxThreadTimes threads.
+// when it closes. Bounded: at most kMaxThreadTimes threads. And the mounts of
+// the files waited on, read when it closes.
 #include "hangtrace/profile.h"
 
 #include "hangtrace/procfs.h"
@@ -34,6 +35,20 @@ void read_thread_times(const procfs::ProcFs& proc, const std::set<int>& tgids, u
       t.on_cpu_ns = stat->run_ns >= f.run_ns ? stat->run_ns - f.run_ns : 0;
       t.runnable_ns = stat->run_delay_ns >= f.run_delay_ns ? stat->run_delay_ns - f.run_delay_ns : 0;
     }
+  }
+}
+
+void read_file_mounts(const procfs::ProcFs& proc, LiveObservation& o) {
+  std::map<int, std::set<uint32_t>> wanted;
+  for (const auto& [tid, totals] : o.wait_totals)
+    for (const auto& t : totals)
+      if (t.mnt_id) wanted[t.pid].insert(t.mnt_id);
+  for (const auto& [pid, ids] : wanted) {
+    auto table = proc.mountinfo(pid);
+    if (!table) continue;
+    for (const auto& m : table->mounts)
+      if (ids.count(static_cast<uint32_t>(m.mount_id)))
+        o.file_mounts[{pid, static_cast<uint32_t>(m.mount_id)}] = m;
   }
 }
 
