@@ -146,5 +146,57 @@ TEST(CliGpu, AttachedAfterTheSynchronizeBeganFindsItInTheStack) {
   EXPECT_GE(waits[0]["details"]["waited_s"].get<double>(), 5.0);
 }
 
+// A GPU-bound loop (repro_gpu_steps): each step 10 ms of host work, then a
+// cuStreamSynchronize the stub holds 10 ms spinning and 20 ms asleep, as the
+// driver does for a kernel still running. The profile's "gpu" share of the
+// main thread is the time the job logged inside the synchronize (±10
+// points): neither the spin (on a CPU) nor the sleep (a timed wait) counts
+// as what it looks like from outside the call.
+TEST(CliGpu, TimeInsideASynchronizeIsTheProfilesGpuShareSpunOrSlept) {
+  HANGTRACE_REQUIRE_BPF();
+  Scratch s;
+  const std::string truth = s.file("truth.log");
+  Workload job({"sh", "-c",
+                "HT_STUB_CUDA_STREAM_SYNC_US=10000,20000 exec " + repro_path("repro_gpu_steps") + " " +
+                    HT_STUB_CUDA_LIBRARY + " 10000 " + truth});
+  ASSERT_NE(job.wait_for_line("READY"), "");
+  HangtraceRun run = run_hangtrace(job.pid(), {"--duration", "4"});
+  ASSERT_FALSE(run.report.is_null()) << run.dump();
+  const auto& profile = run.report["profile"];
+  ASSERT_TRUE(profile.is_object()) << run.dump();
+  const uint64_t start = profile["start_ns"].get<uint64_t>(), end = profile["end_ns"].get<uint64_t>();
+  ASSERT_GT(end, start);
+  // The synchronize in progress at the window's end is logged when it returns.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  uint64_t in_sync = 0;
+  std::istringstream lines(read_text_file(truth));
+  for (unsigned long long from, to; lines >> from >> to;) {
+    const uint64_t a = std::max<uint64_t>(from, start), b = std::min<uint64_t>(to, end);
+    if (b > a) in_sync += b - a;
+  }
+  const double measured = static_cast<double>(in_sync) / static_cast<double>(end - start);
+  ASSERT_GT(measured, 0.5) << "the job's own log: " << in_sync << " ns in synchronize";
+
+  const nlohmann::json* main = nullptr;
+  for (const auto& t : profile["threads"])
+    if (t["tid"] == job.pid()) main = &t;
+  ASSERT_NE(main, nullptr) << profile.dump(1);
+  auto share = [&](const std::string& cause) {
+    for (const auto& c : (*main)["causes"])
+      if (c["cause"] == cause) return c["share"].get<double>();
+    return 0.0;
+  };
+  std::fprintf(stderr, "gpu share: measured %.3f, reported %.3f (on-cpu %.3f, sleep %.3f)\n", measured,
+               share("gpu"), share("on-cpu"), share("sleep"));
+  EXPECT_NEAR(share("gpu"), measured, 0.10) << main->dump(1);
+  EXPECT_LE(share("on-cpu") + share("runnable"), 1.0 - measured + 0.10) << main->dump(1);
+  EXPECT_LT(share("sleep"), 0.05) << main->dump(1);
+  ASSERT_FALSE((*main)["causes"].empty());
+  const auto& top = (*main)["causes"][0];
+  EXPECT_EQ(top["cause"], "gpu") << main->dump(1);
+  ASSERT_FALSE(top["objects"].empty()) << main->dump(1);
+  EXPECT_EQ(top["objects"][0]["what"], "cuStreamSynchronize") << main->dump(1);
+}
+
 }  // namespace
 }  // namespace hangtrace::testing

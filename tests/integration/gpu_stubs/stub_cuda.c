@@ -6,10 +6,15 @@
  *
  * cuCtxSynchronize blocks, as a synchronize with work pending does, until
  * one byte can be read from the fd named by HT_STUB_CUDA_SYNC_FD (when set).
+ * cuStreamSynchronize waits as the driver does for a kernel still running,
+ * when HT_STUB_CUDA_STREAM_SYNC_US is "SPIN,SLEEP": it spins SPIN us on the
+ * clock (the driver's default spin-wait), then sleeps SLEEP us in the kernel.
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -64,7 +69,26 @@ STUB CUresult cuCtxSynchronize(void) {
   return 0;
 }
 STUB CUresult cuCtxSynchronize_v2(CUcontext ctx) { return COUNT_CALL(), 0; }
-STUB CUresult cuStreamSynchronize(CUstream stream) { return COUNT_CALL(), 0; }
+static unsigned long long monotonic_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
+}
+
+STUB CUresult cuStreamSynchronize(CUstream stream) {
+  COUNT_CALL();
+  const char* how = getenv("HT_STUB_CUDA_STREAM_SYNC_US");
+  unsigned long spin_us = 0, sleep_us = 0;
+  if (how && sscanf(how, "%lu,%lu", &spin_us, &sleep_us) == 2) {
+    unsigned long long until = monotonic_us() + spin_us;
+    while (monotonic_us() < until) {
+    }
+    struct timespec nap = {(time_t)(sleep_us / 1000000), (long)(sleep_us % 1000000) * 1000};
+    while (nanosleep(&nap, &nap) < 0 && errno == EINTR) {
+    }
+  }
+  return 0;
+}
 STUB CUresult cuStreamSynchronize_ptsz(CUstream stream) { return COUNT_CALL(), 0; }
 STUB CUresult cuEventSynchronize(CUevent event) { return COUNT_CALL(), 0; }
 STUB CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned flags) { return COUNT_CALL(), 0; }
