@@ -6,7 +6,8 @@ exact hooks, count every wait of the job for --profile-seconds, and write a
 bundle (trigger "on-demand") whose report carries the stall profile, judged
 against the job's own ground truth as the `--duration` scenarios are: main's
 "dataloader" share within ±10 points of the time it was blocked in next(),
-the path's step via "dataloader" naming both workers, the data-starved
+the path's step via "dataloader" naming both workers, main's Python frames
+sampled on CPU (its step compute), the data-starved
 finding with that share and the workers, and the wall-time flame graph
 files. The exact hooks are detached again after the window, the counter of
 on-demand bundles is 1, and the flight recorder holds none of the window's
@@ -57,6 +58,13 @@ class DaemonOnDemandProfile(SlowJobTestCase):
         report, profile, window = self.profile_of(report)
         self.assertMainWaitShare(report, profile, window, main)
         self.assertLoaderStep(report, profile, main, workers)
+        # Python frames sampled on CPU in the window (--profile-sample-hz 49):
+        # main's step compute, groundtruth.busy().
+        self.assertGreater(sum(t.get("cpu_samples") or 0 for t in profile.get("threads") or []), 0,
+                           self.slow_dump(report))
+        stacks = [f.get("stack") or "" for f in self.main_path(report, profile, main).get("on_cpu_frames") or []]
+        self.assertTrue(any("busy" in s for s in stacks), "no sampled stack of main in busy()\n" +
+                        self.slow_dump(report))
         self.assertDataStarved(report, window, main, workers)
 
         # Detached before the bundle was written (the window is over).

@@ -88,6 +88,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   lo.verbosity = options.verbosity > 2 ? options.verbosity - 2 : 0;
   // GPU libraries (libcuda, libnccl) get uprobes when a job maps them.
   lo.module_rescan = ModuleRescan::UntilCuda;
+  // The on-CPU sampler loads, and runs only in an on-demand profile.
+  lo.sample_hz = options.profile_sample_hz;
+  lo.sample_on_demand = true;
   auto tracer = LiveTracer::start(lo);
   if (!tracer) return make_error(tracer.error());
   d->tracer_ = std::move(*tracer);

@@ -52,6 +52,7 @@ struct DaemonOptions {
   // SIGUSR1: the exact hooks and every wait summed for this long, then a
   // bundle per job with its stall profile (trigger "on-demand").
   double profile_seconds = 5;
+  uint32_t profile_sample_hz = 49;  // on-CPU samples in that window (0: none)
   int verbosity = 0;
   bool sampled() const { return steady_state == "sampled"; }
 };
@@ -110,6 +111,7 @@ class Daemon {
     std::map<int, ThreadTimes> thread_times;
     std::map<int, procfs::Schedstat> first_schedstat;
     uint64_t undecodable = 0, events_at_start = 0, dropped_at_start = 0;
+    bool sampling = false;  // the on-CPU sampler runs for it
   };
 
   explicit Daemon(const DaemonOptions& o) : options_(o) {}

@@ -110,6 +110,10 @@ Subcommand add_daemon_subcommand(CLI::App& parent) {
                   "on SIGUSR1, profile every tracked job this long (every wait counted, the exact hooks "
                   "attached), then write a bundle per job with its stall profile; default 5")
       ->check(CLI::Range(1.0, 600.0));
+  app->add_option("--profile-sample-hz", o->profile_sample_hz,
+                  "on-CPU samples per second (Python frames, read from outside the process) in that "
+                  "profile; 0: none. Default 49")
+      ->check(CLI::Range(0, 1000));
   app->add_option("--bundle-dir", o->bundle_dir,
                   "where postmortem bundles go (default /var/lib/hangtrace/bundles)");
   app->add_option("--keep", o->keep_bundles, "keep the newest N bundles (default 50)")

@@ -2,7 +2,9 @@
 // hooks attached (the sampled steady state has none) and every wait of the
 // tracked jobs counted -- those under --record-waits-after-ms summed in the
 // kernel (bpf/short_waits.bpf.h) -- into an aggregator of its own, with each
-// thread's CPU time from schedstat; then one bundle per job whose diagnosis
+// thread's CPU time from schedstat and its Python frames sampled on CPU
+// (--profile-sample-hz, the cpu_samples concern's perf events opened for the
+// window only); then one bundle per job whose diagnosis
 // carries the stall profile (where its main thread's time went, and who was
 // on the critical path), trigger "on-demand". The flight recorders never see
 // the window's short-wait records: they would crowd out the history a
@@ -41,6 +43,11 @@ void Daemon::start_profile(uint64_t now) {
   // set), then the sums, so no wait of the window is half-seen.
   set_exact_hooks(now);
   tracer_->set_short_waits(true);
+  if (options_.profile_sample_hz) {
+    profile_->sampling = tracer_->set_cpu_sampling(true);
+    if (!profile_->sampling)
+      log(0, "on-CPU frames will not be sampled: the cpu_samples concern is not active");
+  }
   profile_->last_times_ns = now_ns();
   read_thread_times(proc_, profile_->tgids, profile_->last_times_ns, true, profile_->thread_times,
                     profile_->first_schedstat);
@@ -85,6 +92,7 @@ void Daemon::continue_profile(uint64_t now) {
 
 void Daemon::finish_profile(uint64_t now) {
   tracer_->set_short_waits(false);
+  if (profile_->sampling) tracer_->set_cpu_sampling(false);
   // What the kernel summed but has not sent (at most short_wait_flush_ns a
   // thread) and the records already queued.
   auto sink = [this](const void* data, size_t size) { on_record(data, size); };
@@ -98,6 +106,15 @@ void Daemon::finish_profile(uint64_t now) {
                            tracer_->counter(HT_CNT_DROPPED) - p->dropped_at_start);
   o.thread_times = std::move(p->thread_times);
   o.undecodable = p->undecodable;
+  if (p->sampling) {
+    // Python frames; a native-only stack would need the processes'
+    // executable mappings, which the daemon does not keep (counted, not shown).
+    CpuSampler::Taken cpu = tracer_->take_cpu_samples();
+    o.cpu_samples = std::move(cpu.samples);
+    uint64_t native = 0;
+    for (const auto& n : cpu.native) native += n.count;
+    if (native) log(1, fmt::format("profile: {} on-CPU samples had no Python frame (not shown)", native));
+  }
   read_file_mounts(proc_, o);
   set_exact_hooks(now);  // detached again unless a job is a suspect
   size_t written = 0;

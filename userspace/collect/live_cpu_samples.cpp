@@ -53,6 +53,7 @@ class CpuSamplesModule : public TracerModule {
 
   Result<bool> load(const SharedMaps& maps, const LiveOptions& options) override {
     hz_ = options.sample_hz;
+    on_demand_ = options.sample_on_demand;
     status_.concern = name();
     status_.program = "cpu_sample";
     status_.attach = fmt::format("perf_event/cpu-clock@{}Hz", hz_);
@@ -75,6 +76,32 @@ class CpuSamplesModule : public TracerModule {
 
   Result<bool> attach() override {
     if (!skel_) return true;  // off, or not loaded: said in status_
+    if (on_demand_) {
+      status_.reason = "opened on demand (the daemon's on-demand profile)";
+      return true;
+    }
+    open_events();
+    return true;
+  }
+
+  Result<bool> set_cpu_sampling(bool on) override {
+    if (!skel_) return make_error("the cpu_samples concern did not load: " + status_.reason);
+    if (!on) {
+      detach();
+      status_.active = false;
+      status_.reason = "opened on demand (the daemon's on-demand profile)";
+      return true;
+    }
+    if (links_.empty()) open_events();
+    if (links_.empty()) return make_error(status_.reason);
+    return true;
+  }
+
+  std::vector<HookStatus> hooks() const override { return {status_}; }
+
+ private:
+  // One cpu-clock perf event per online CPU, each running cpu_sample.
+  void open_events() {
     perf_event_attr attr{};
     attr.size = sizeof attr;
     attr.type = PERF_TYPE_SOFTWARE;
@@ -104,19 +131,18 @@ class CpuSamplesModule : public TracerModule {
       status_.reason = first_error.empty() ? "no online CPU" : first_error;
     } else if (!first_error.empty()) {
       status_.reason = fmt::format("on {} CPUs; {}", links_.size(), first_error);
+    } else {
+      status_.reason.clear();
     }
-    return true;
   }
 
-  std::vector<HookStatus> hooks() const override { return {status_}; }
-
- private:
   void detach() {
     for (bpf_link* l : links_) bpf_link__destroy(l);
     links_.clear();
   }
   cpu_samples_bpf* skel_ = nullptr;
   uint32_t hz_ = 0;
+  bool on_demand_ = false;
   HookStatus status_;
   std::vector<bpf_link*> links_;
 };

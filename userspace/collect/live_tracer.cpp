@@ -148,7 +148,8 @@ Result<std::unique_ptr<LiveTracer>> LiveTracer::start(const LiveOptions& options
     t->modules_.push_back(std::move(module));
   }
 
-  if (options.sample_hz > 0) {
+  t->sample_hz_ = options.sample_hz;
+  if (options.sample_hz > 0 && !options.sample_on_demand) {
     auto h = t->hooks();
     if (std::any_of(h.begin(), h.end(),
                     [](const HookStatus& s) { return s.concern == "cpu_samples" && s.active; }))
@@ -280,6 +281,19 @@ uint64_t LiveTracer::counter(int index) const {
   uint64_t sum = 0;
   for (uint64_t v : values) sum += v;
   return sum;
+}
+
+bool LiveTracer::set_cpu_sampling(bool on) {
+  if (!sample_hz_) return false;
+  for (const auto& module : modules_)
+    if (std::string(module->name()) == "cpu_samples") {
+      if (auto done = module->set_cpu_sampling(on); !done) return false;
+      // The ring buffer's callback runs on this thread (poll): no record
+      // is being handed to the sampler being replaced.
+      if (on) sampler_ = std::make_unique<CpuSampler>(sample_hz_);
+      return true;
+    }
+  return false;
 }
 
 CpuSampler::Taken LiveTracer::take_cpu_samples() {

@@ -29,6 +29,9 @@ struct LiveOptions {
   // On-CPU samples of the traced threads per second per CPU (the
   // cpu_samples concern, cpu_sampler.h); 0: no sampler.
   uint32_t sample_hz = 0;
+  // With sample_hz: the sampler's perf events are opened only by
+  // set_cpu_sampling(true) (the daemon's on-demand profile), not at start.
+  bool sample_on_demand = false;
   // Futex wakes are streamed at most once per thread and futex word this
   // often (0: every wake); who woke whom is counted exactly in kernel anyway.
   uint64_t futex_wake_sample_ns = 10'000'000;
@@ -101,6 +104,8 @@ class TracerModule {
   virtual Result<bool> set_hot_hooks(bool /*on*/) { return true; }
   // Starts or stops summing short waits (LiveOptions::short_waits).
   virtual void set_short_waits(bool /*on*/) {}
+  // Opens or closes the on-CPU sampler's perf events (LiveOptions::sample_on_demand).
+  virtual Result<bool> set_cpu_sampling(bool /*on*/) { return true; }
   // Adds what the concern keeps in its own maps rather than streaming (a
   // call still in progress) to the observation, when the window closes.
   virtual void contribute(LiveObservation& /*o*/) const {}
@@ -142,6 +147,10 @@ class LiveTracer {
   // The on-CPU samples (LiveOptions::sample_hz): stops the sampler and hands
   // over its counts, native stacks still as addresses. hz 0 when it did not run.
   CpuSampler::Taken take_cpu_samples();
+  // LiveOptions::sample_on_demand: on opens the perf events and starts a
+  // fresh sampler (take_cpu_samples() ends it); off closes them. false
+  // when the concern did not load.
+  bool set_cpu_sampling(bool on);
   // Symbolized later by the caller; raw addresses of a stack id, innermost first.
   std::vector<uint64_t> stack(int32_t stack_id) const;
 
@@ -155,6 +164,7 @@ class LiveTracer {
   bool hot_ = true;
   std::unique_ptr<MappedModules> mapped_;
   std::unique_ptr<CpuSampler> sampler_;  // when the cpu_samples concern is active
+  uint32_t sample_hz_ = 0;
   // Follows forks and execs in the records, for mapped_.
   void follow_processes(const void* data, size_t size);
 };
