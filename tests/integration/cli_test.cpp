@@ -25,8 +25,69 @@ TEST(Cli, NotRootIsOneLine) {
                         "--pid", std::to_string(sleeper.pid())});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
-  EXPECT_NE(r.err.find("needs root"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not root and missing CAP_BPF"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty());
+}
+
+// Least privilege: a uid that owns nothing, given only the capabilities
+// docs/deploy.md lists (ambient, so they survive the exec), diagnoses a
+// root-owned process as root would: its fds, its syscalls, its kernel
+// stacks from BPF (symbolized with CAP_SYSLOG). Short of a needed one, one
+// line names the one missing.
+TEST(Cli, CapabilitiesWithoutRootAreEnoughAndAMissingOneIsNamed) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload sleeper({repro_path("repro_sleeper")});
+  ASSERT_FALSE(sleeper.wait_for_line("READY").empty());
+  auto as_nobody_with = [&](const std::string& caps) {
+    return run_command({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=" + caps,
+                        "--ambient-caps=" + caps, hangtrace_path(), "--pid", std::to_string(sleeper.pid()),
+                        "--json", "-"});
+  };
+  auto as_root = run_command({hangtrace_path(), "--pid", std::to_string(sleeper.pid()), "--json", "-"});
+  auto r = as_nobody_with("+bpf,+perfmon,+sys_ptrace,+dac_read_search,+syslog");
+  auto j = nlohmann::json::parse(r.out, nullptr, false),
+       root = nlohmann::json::parse(as_root.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  ASSERT_FALSE(root.is_discarded()) << as_root.out << as_root.err;
+  // The same diagnosis as root's: the same exit status (2: the pipe nobody
+  // writes is a hang) and the same findings.
+  EXPECT_EQ(r.exit_code, as_root.exit_code) << r.err;
+  auto kinds = [](const nlohmann::json& report) {
+    std::vector<std::string> out;
+    for (const auto& f : report["findings"]) out.push_back(f["kind"]);
+    return out;
+  };
+  EXPECT_EQ(kinds(j), kinds(root)) << r.err;
+  EXPECT_FALSE(kinds(j).empty()) << j.dump(1);
+  ASSERT_EQ(j["processes"].size(), 1u) << j.dump(1);
+  const auto& p = j["processes"][0];
+  EXPECT_EQ(p["pid"], sleeper.pid());
+  bool kernel_stack = false, syscall_known = false, pipe_known = false;
+  for (const auto& t : p["threads"]) {
+    kernel_stack |= !t["kernel_stack"].empty();
+    syscall_known |= t["syscall"].is_string() && !t["syscall"].get<std::string>().empty();
+    // The pipe main reads, through root's 0500 /proc/PID/fd.
+    pipe_known |= t["wait"]["summary"].is_string() &&
+                  t["wait"]["summary"].get<std::string>().find("pipe:") != std::string::npos;
+  }
+  EXPECT_TRUE(kernel_stack) << p.dump(1);
+  EXPECT_TRUE(syscall_known) << p.dump(1);
+  EXPECT_TRUE(pipe_known) << p.dump(1);
+
+  // Without CAP_SYSLOG the kernel shows zeros for every kallsyms address:
+  // the same diagnosis, kernel stacks unsymbolized, and the report says so.
+  r = as_nobody_with("+bpf,+perfmon,+sys_ptrace,+dac_read_search");
+  j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, as_root.exit_code) << r.err;
+  EXPECT_EQ(kinds(j), kinds(root)) << r.err;
+  EXPECT_NE(j["limitations"].dump().find("CAP_SYSLOG"), std::string::npos) << j["limitations"].dump();
+
+  r = as_nobody_with("+bpf,+perfmon,+dac_read_search");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("missing CAP_SYS_PTRACE"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("CAP_BPF"), std::string::npos) << r.err;
 }
 
 TEST(Cli, MissingTargetAndBadArguments) {

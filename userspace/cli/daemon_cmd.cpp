@@ -9,6 +9,7 @@
 #include <string>
 
 #include "daemon.h"
+#include "privileges.h"
 #include "hangtrace/kallsyms.h"
 #include "subcommands.h"
 #include "task_iter.h"
@@ -24,34 +25,9 @@ std::atomic<bool> g_profile{false};
 void on_stop(int) { g_stop = true; }
 void on_profile(int) { g_profile = true; }
 
-// The capabilities the daemon cannot do its job without (docs/deploy.md has
-// what breaks without each); `alt` also does (-1: none).
-struct NeededCapability {
-  int cap;
-  int alt;
-  const char* name;
-  const char* why;
-};
-constexpr NeededCapability kNeeded[] = {
-    {CAP_BPF, CAP_SYS_ADMIN, "CAP_BPF", "BPF maps and programs"},
-    {CAP_PERFMON, CAP_SYS_ADMIN, "CAP_PERFMON", "tracing programs"},
-    {CAP_SYS_PTRACE, -1, "CAP_SYS_PTRACE", "Python stacks, syscalls, /proc/PID/root"},
-    {CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE, "CAP_DAC_READ_SEARCH", "other users' /proc/PID/fd and maps"},
-};
-
-// Empty, or which of kNeeded this process lacks.
-std::string missing_capabilities() {
-  std::string missing;
-  for (const auto& n : kNeeded)
-    if (!has_capability(n.cap) && !(n.alt >= 0 && has_capability(n.alt)))
-      missing += fmt::format("{}{} ({})", missing.empty() ? "" : ", ", n.name, n.why);
-  return missing;
-}
-
 int run_daemon(const DaemonOptions& o) {
-  if (std::string missing = missing_capabilities(); !missing.empty())
-    return fail(fmt::format("{}missing {}: run it as root or grant these (see docs/deploy.md)",
-                            geteuid() != 0 ? "not root and " : "", missing));
+  // What it cannot do its job without (docs/deploy.md has what breaks without each).
+  if (std::string failure = privilege_failure("start the daemon"); !failure.empty()) return fail(failure);
   // Degraded, not fatal: the kernel decides whether kallsyms needs CAP_SYSLOG.
   if (auto symbols = KernelSymbols::load(); !symbols)
     std::fprintf(stderr, "hangtrace daemon: warning: kernel stacks will not be symbolized: %s\n",

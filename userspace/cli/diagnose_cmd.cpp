@@ -18,6 +18,7 @@
 #include "hangtrace/jobs.h"
 #include "hangtrace/snapshot_json.h"
 #include "live_session.h"
+#include "privileges.h"
 #include "mapped_modules.h"
 #include "native_stacks.h"
 #include "subcommands.h"
@@ -82,9 +83,8 @@ int run_live_window(const Options& opt);
 }  // namespace
 
 int run_live(const Options& opt) {
-  if (geteuid() != 0)
-    return fail(
-        "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
+  if (std::string failure = privilege_failure("read other processes' waits"); !failure.empty())
+    return fail(failure);
   if (opt.verbosity > 2) set_bpf_verbosity(opt.verbosity - 2);
   Options o = opt;
   // Whether the GPU is starved or busy, and what a synchronize waits for, is
@@ -139,7 +139,8 @@ bool hook_on_standby(const HookStatus& h) {
 }
 
 int list_hooks(const Options& opt) {
-  if (geteuid() != 0) return fail("needs root to load BPF programs: run it with sudo");
+  if (std::string failure = privilege_failure("load the BPF programs"); !failure.empty())
+    return fail(failure);
   LiveOptions lo = live_options(opt);
   auto tracer = LiveTracer::start(lo);
   if (!tracer) return fail(tracer.error());

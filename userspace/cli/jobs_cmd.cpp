@@ -10,6 +10,7 @@
 
 #include "diagnose.h"
 #include "hangtrace/jobs.h"
+#include "privileges.h"
 #include "subcommands.h"
 
 namespace hangtrace::cli {
@@ -104,9 +105,8 @@ std::string job_line(const procfs::ProcFs& proc, const jobs::JobRequest& job) {
 }  // namespace
 
 int run_jobs(const Options& opt) {
-  if (geteuid() != 0)
-    return fail(
-        "needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to read other processes' waits: run it with sudo");
+  if (std::string failure = privilege_failure("read other processes' waits"); !failure.empty())
+    return fail(failure);
   const procfs::ProcFs proc("/proc");
   const int self = static_cast<int>(getpid());
   std::optional<std::vector<int>> pids;

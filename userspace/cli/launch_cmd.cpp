@@ -21,6 +21,7 @@
 #include "hangtrace/procfs.h"
 #include "live_cupti.h"
 #include "live_session.h"
+#include "privileges.h"
 #include "subcommands.h"
 
 namespace hangtrace::cli {
@@ -42,8 +43,7 @@ uint64_t tree_cpu_ns(const std::set<int>& pids) {
 }  // namespace
 
 int run_launch(const Options& opt) {
-  if (geteuid() != 0)
-    return fail("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE) to trace a job: run it with sudo");
+  if (std::string failure = privilege_failure("trace a job"); !failure.empty()) return fail(failure);
   int go[2];
   if (pipe2(go, O_CLOEXEC) != 0)
     return fail(fmt::format("failed to create a pipe: {}", std::strerror(errno)));
