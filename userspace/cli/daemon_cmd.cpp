@@ -27,7 +27,8 @@ void on_profile(int) { g_profile = true; }
 
 int run_daemon(const DaemonOptions& o) {
   // What it cannot do its job without (docs/deploy.md has what breaks without each).
-  if (std::string failure = privilege_failure("start the daemon"); !failure.empty()) return fail(failure);
+  if (std::string failure = privilege_failure("start the daemon", true); !failure.empty())
+    return fail(failure);
   // Degraded, not fatal: the kernel decides whether kallsyms needs CAP_SYSLOG.
   if (auto symbols = KernelSymbols::load(); !symbols)
     std::fprintf(stderr, "hangtrace daemon: warning: kernel stacks will not be symbolized: %s\n",

@@ -83,7 +83,7 @@ int run_live_window(const Options& opt);
 }  // namespace
 
 int run_live(const Options& opt) {
-  if (std::string failure = privilege_failure("read other processes' waits"); !failure.empty())
+  if (std::string failure = privilege_failure("read other processes' waits", false); !failure.empty())
     return fail(failure);
   if (opt.verbosity > 2) set_bpf_verbosity(opt.verbosity - 2);
   Options o = opt;
@@ -139,7 +139,7 @@ bool hook_on_standby(const HookStatus& h) {
 }
 
 int list_hooks(const Options& opt) {
-  if (std::string failure = privilege_failure("load the BPF programs"); !failure.empty())
+  if (std::string failure = privilege_failure("load the BPF programs", false); !failure.empty())
     return fail(failure);
   LiveOptions lo = live_options(opt);
   auto tracer = LiveTracer::start(lo);

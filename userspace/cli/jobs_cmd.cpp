@@ -105,7 +105,7 @@ std::string job_line(const procfs::ProcFs& proc, const jobs::JobRequest& job) {
 }  // namespace
 
 int run_jobs(const Options& opt) {
-  if (std::string failure = privilege_failure("read other processes' waits"); !failure.empty())
+  if (std::string failure = privilege_failure("read other processes' waits", false); !failure.empty())
     return fail(failure);
   const procfs::ProcFs proc("/proc");
   const int self = static_cast<int>(getpid());

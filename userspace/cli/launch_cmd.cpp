@@ -43,7 +43,7 @@ uint64_t tree_cpu_ns(const std::set<int>& pids) {
 }  // namespace
 
 int run_launch(const Options& opt) {
-  if (std::string failure = privilege_failure("trace a job"); !failure.empty()) return fail(failure);
+  if (std::string failure = privilege_failure("trace a job", false); !failure.empty()) return fail(failure);
   int go[2];
   if (pipe2(go, O_CLOEXEC) != 0)
     return fail(fmt::format("failed to create a pipe: {}", std::strerror(errno)));

@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
       {"--speedscope", &opt.speedscope_path,
        "write blocked time as a speedscope profile (JSON) to FILE; live: also wall time by cause"},
       {"--wall-folded", &opt.wall_folded_path,
-       "live: write the main threads' wall time by cause, the critical path under each wait, as folded stacks "
+       "live: write the main threads' wall time by cause, the critical path under each wait, as folded "
+       "stacks "
        "to FILE"},
       {"--wall-flamegraph", &opt.wall_flamegraph_path,
        "live: write an SVG flame graph of the main threads' wall time by cause to FILE"},

@@ -12,9 +12,12 @@ namespace hangtrace::cli {
 // is for: "CAP_BPF (BPF maps and programs), CAP_SYS_PTRACE (...)".
 std::string missing_capabilities();
 
-// "" when nothing is missing, else the one line a command that cannot run
-// without them prints: "failed to <what>: missing ...: run it with sudo, or
-// grant these capabilities (docs/deploy.md)".
-std::string privilege_failure(const std::string& what);
+// The one line a command prints when it cannot run for want of them ("":
+// it can): "failed to <what>: [not root and ]missing ...: run it with sudo,
+// or grant these capabilities (docs/deploy.md)". `strict` (the daemon, which
+// must not run half-blind for months): any one missing. Else (a one-off
+// diagnosis, which degrades: docs/deploy.md's table): only when all are,
+// and a warning naming the missing ones otherwise.
+std::string privilege_failure(const std::string& what, bool strict);
 
 }  // namespace hangtrace::cli
