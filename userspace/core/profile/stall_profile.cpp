@@ -18,6 +18,7 @@
 #include "hangtrace/gpu.h"
 #include "hangtrace/syscalls.h"
 #include "hangtrace/text.h"
+#include "gpu_host_time.h"
 
 namespace hangtrace {
 
@@ -396,35 +397,6 @@ class Profiler {
     }
   }
 
-  // A thread's time in GPU host waits (synchronize calls, synchronous
-  // copies) in the window: those that returned, and one still in progress.
-  struct GpuTime {
-    uint64_t returned_ns = 0, open_ns = 0, calls = 0;
-    std::string what = "GPU host waits";  // the call with the most time
-  };
-  GpuTime gpu_time(int tid) const {
-    GpuTime out;
-    std::map<uint32_t, uint64_t> by_fn;
-    if (auto h = live_.gpu_host_waits.find(tid); h != live_.gpu_host_waits.end()) {
-      out.returned_ns = h->second.ns;
-      out.calls = h->second.calls;
-      by_fn = h->second.ns_by_fn;
-    }
-    for (const GpuThreadState& t : live_.gpu.threads)
-      if (t.tid == tid && t.in_fn && gpu_fn_is_host_wait(t.in_fn) && t.in_since_ns < live_.end_ns) {
-        const uint64_t open = live_.end_ns - std::max(t.in_since_ns, live_.start_ns);
-        out.open_ns += open;
-        by_fn[t.in_fn] += open;
-      }
-    uint64_t best = 0;
-    for (const auto& [fn, ns] : by_fn)
-      if (ns > best) {
-        best = ns;
-        out.what = gpu_fn_name(fn);
-      }
-    return out;
-  }
-
   // The threads' split of their windows, summed.
   struct GroupTime {
     uint64_t window_ns = 0;
@@ -453,7 +425,7 @@ class Profiler {
     std::map<StallCause, std::map<std::string, Accumulated>> objects;
     std::map<StallCause, std::map<int, uint64_t>> wakers;
     uint64_t waited = 0;
-    const GpuTime gpu = gpu_time(tid);
+    const GpuHostTime gpu = gpu_host_time(live_, tid);  // gpu_host_time.cpp
     uint64_t gpu_slept = 0;  // of the GPU host waits, the time asleep in the driver
     if (auto wt = live_.wait_totals.find(tid); wt != live_.wait_totals.end()) {
       for (const WaitTotal& w : wt->second) {
