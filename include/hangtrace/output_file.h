@@ -11,7 +11,7 @@
 // - An existing path that is not a regular file (a character device such as
 //   /dev/null, a FIFO, a terminal) is written in place and never replaced.
 // - A symbolic link is followed only when root or the caller owns it; a link
-//   another user planted is refused.
+//   another user planted is refused, at the path or in any directory above it.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +30,11 @@ Result<bool> write_file_atomically(const std::string& path, std::string_view con
 // `content` and fsyncs it: for files inside a directory hangtrace has just
 // created for itself (a bundle being assembled).
 Result<bool> write_new_file(const std::string& path, std::string_view content, mode_t mode = 0644);
+
+// Refuses a directory path (each of its components) that goes through a
+// symbolic link owned by neither root nor the caller; components that do not
+// exist yet are fine. Errors read "<component> is a symbolic link owned by ...".
+Result<bool> check_directory_links(const std::string& dir);
 
 // fsync of a directory, so a rename into it survives a crash; best effort.
 void fsync_directory(const std::string& dir);

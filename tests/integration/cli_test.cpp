@@ -252,11 +252,35 @@ TEST(Cli, OutputsNeverReplaceDevicesOrFollowForeignLinks) {
   std::string planted = dir.file("report.json");
   ASSERT_EQ(symlink(victim.c_str(), planted.c_str()), 0);
   ASSERT_EQ(lchown(planted.c_str(), 65534, 65534), 0);
-  r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", planted});
+  // Every output, planted at its own path, and below a planted directory link.
+  std::string elsewhere = dir.file("elsewhere");
+  ASSERT_EQ(mkdir(elsewhere.c_str(), 0755), 0);
+  std::string planted_dir = dir.file("shared");
+  ASSERT_EQ(symlink(elsewhere.c_str(), planted_dir.c_str()), 0);
+  ASSERT_EQ(lchown(planted_dir.c_str(), 65534, 65534), 0);
+  for (const char* flag :
+       {"--json", "--folded", "--flamegraph", "--speedscope", "--trace", "--save-snapshot"}) {
+    for (const std::string& path : {planted, planted_dir + "/out"}) {
+      r = run_command({hangtrace_path(), "--from-snapshot", snap, flag, path});
+      EXPECT_EQ(r.exit_code, 1) << flag << " " << path << ": " << r.err;
+      EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+      EXPECT_NE(r.err.find("not followed"), std::string::npos) << r.err;
+    }
+  }
+  r = run_command({hangtrace_path(), "--from-snapshot", snap, "--bundle", planted_dir});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("not followed"), std::string::npos) << r.err;
   EXPECT_EQ(read_text_file(victim), "precious");
+  auto ls = run_command({"ls", "-A", elsewhere});
+  EXPECT_EQ(ls.out, "") << "written through the planted directory link";
+  // A hard link to the victim at the output path: replaced, never written through.
+  std::string hard = dir.file("hard.json");
+  ASSERT_EQ(link(victim.c_str(), hard.c_str()), 0);
+  r = run_command({hangtrace_path(), "--from-snapshot", snap, "--json", hard});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_text_file(victim), "precious");
+  EXPECT_NE(read_text_file(hard).find("\"schema\""), std::string::npos);
 }
 
 }  // namespace

@@ -55,6 +55,27 @@ BundleContent content_for(const Snapshot& s, const std::string& trigger) {
   return render_bundle(s, d, nullptr, meta, {{"events", nlohmann::json::array({{{"type", "oom"}}})}});
 }
 
+TEST(Bundle, NamesFromTheJobCannotLeaveTheParent) {
+  // A host name and a trigger become path components: nothing in them can
+  // name another directory, hide the bundle or end the line.
+  BundleMeta m;
+  m.created_unix = 1800000000;
+  m.job_pid = 7;
+  m.hostname = "../../etc/cron.d";
+  m.trigger = "/..\n\x1b[2J\xff";
+  std::string name = bundle_dir_name(m);
+  EXPECT_EQ(name.find('/'), std::string::npos) << name;
+  EXPECT_EQ(name.find('\n'), std::string::npos) << name;
+  EXPECT_EQ(name.find('\x1b'), std::string::npos) << name;
+  EXPECT_NE(name.front(), '.') << name;
+  TempDir dir;
+  Snapshot s = rank_snapshot();
+  BundleContent c = content_for(s, "hang");
+  auto path = write_bundle(dir.path, name, c);
+  ASSERT_TRUE(path) << path.error();
+  EXPECT_EQ(fs::path(*path).parent_path(), fs::path(dir.path));
+}
+
 TEST(Bundle, WritesEveryFileAndReadsBack) {
   TempDir dir;
   Snapshot s = rank_snapshot();
@@ -107,6 +128,32 @@ TEST(Bundle, ALiveWindowsStallProfileAddsTheWallTimeFlameGraph) {
   for (const auto& f : optional_bundle_file_names()) EXPECT_EQ(plain.files.count(f), 0u) << f;
 }
 
+TEST(Bundle, DirectoriesAreForRootOnlyWhateverTheUmask) {
+  TempDir dir;
+  mode_t old = umask(0);
+  auto path = write_bundle((dir.path / "bundles").string(), "x", content_for(rank_snapshot(), "hang"));
+  umask(old);
+  ASSERT_TRUE(path) << path.error();
+  struct stat st {};
+  ASSERT_EQ(stat((dir.path / "bundles").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u) << "the parent hangtrace created";
+  ASSERT_EQ(stat(path->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u) << "the bundle";
+}
+
+TEST(Bundle, AParentThroughAnotherUsersLinkIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a link to another user (lchown)";
+  TempDir dir;
+  fs::create_directory(dir.path / "elsewhere");
+  fs::path link = dir.path / "bundles";
+  ASSERT_EQ(symlink((dir.path / "elsewhere").c_str(), link.c_str()), 0);
+  ASSERT_EQ(lchown(link.c_str(), 65534, 65534), 0);
+  auto r = write_bundle(link.string(), "x", content_for(rank_snapshot(), "hang"));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("is a symbolic link owned by uid 65534"), std::string::npos) << r.error();
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path / "elsewhere"), fs::directory_iterator()), 0);
+}
+
 TEST(Bundle, SameNameTwiceGetsACounter) {
   TempDir dir;
   BundleContent c = content_for(rank_snapshot(), "hang");
@@ -138,6 +185,17 @@ TEST(Bundle, PruneKeepsTheNewestAndLeavesForeignDirectories) {
     paths.push_back(*write_bundle(dir.path, "b" + std::to_string(i), c));
   }
   fs::create_directory(dir.path / "not-a-bundle");
+  // Planted by another user: an old bundle's copy in a directory they own,
+  // and a link to a real bundle elsewhere. Neither is deleted or followed.
+  fs::path foreign = dir.path / "foreign";
+  bool root = geteuid() == 0;  // chown to another user needs root
+  if (root) {
+    fs::copy(paths[0], foreign);
+    ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+  }
+  fs::path elsewhere = dir.path.parent_path() / (dir.path.filename().string() + "-elsewhere");
+  fs::copy(paths[1], elsewhere);
+  fs::create_directory_symlink(elsewhere, dir.path / "link");
   auto removed = prune_bundles(dir.path, 2);
   ASSERT_TRUE(removed) << removed.error();
   EXPECT_EQ(*removed, 3u);
@@ -146,6 +204,10 @@ TEST(Bundle, PruneKeepsTheNewestAndLeavesForeignDirectories) {
   EXPECT_FALSE(fs::exists(paths[2]));
   EXPECT_FALSE(fs::exists(paths[0]));
   EXPECT_TRUE(fs::exists(dir.path / "not-a-bundle"));
+  EXPECT_TRUE(fs::is_symlink(dir.path / "link"));
+  EXPECT_TRUE(fs::exists(elsewhere / "meta.json"));
+  if (root) EXPECT_TRUE(fs::exists(foreign / "meta.json"));
+  fs::remove_all(elsewhere);
 }
 
 TEST(Bundle, CorruptFilesAreOneClearError) {

@@ -20,6 +20,7 @@
 namespace hangtrace {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::TempDir;
 
 std::string slurp(const std::string& path) {
@@ -131,6 +132,29 @@ TEST(OutputFile, ALinkAnotherUserOwnsIsRefused) {
   EXPECT_EQ(r.error().find('\n'), std::string::npos) << "one line";
   EXPECT_EQ(slurp(victim), "precious");
   EXPECT_EQ(entries(dir), (std::vector<std::string>{"report.json", "victim"}));
+}
+
+TEST(OutputFile, ALinkAnotherUserOwnsInADirectoryAboveIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a link to another user (lchown)";
+  TempDir dir;
+  fs::create_directory(dir.path / "elsewhere");
+  std::string victim = dir.file("elsewhere/report.json");
+  std::ofstream(victim) << "precious";
+  // A shared "out" directory whose "job" entry another user made a link.
+  fs::create_directory(dir.path / "out");
+  std::string link = dir.file("out/job");
+  ASSERT_EQ(symlink(dir.file("elsewhere").c_str(), link.c_str()), 0);
+  ASSERT_EQ(lchown(link.c_str(), 65534, 65534), 0);
+  auto r = write_file_atomically(link + "/report.json", "report");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find(link + " is a symbolic link owned by uid 65534"), std::string::npos) << r.error();
+  EXPECT_EQ(r.error().find('\n'), std::string::npos) << "one line";
+  EXPECT_EQ(slurp(victim), "precious");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path / "elsewhere"), fs::directory_iterator()), 1);
+  // The same link owned by root is the administrator's own: followed.
+  ASSERT_EQ(lchown(link.c_str(), 0, 0), 0);
+  ASSERT_TRUE(write_file_atomically(link + "/report.json", "report"));
+  EXPECT_EQ(slurp(victim), "report");
 }
 
 TEST(OutputFile, AnOwnLinkToAFileReplacesTheFileAndKeepsTheLink) {

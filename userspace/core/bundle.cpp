@@ -191,16 +191,21 @@ std::string bundle_dir_name(const BundleMeta& meta) {
 
 Result<std::string> write_bundle(const std::string& parent, const std::string& name,
                                  const BundleContent& content) {
+  if (auto ok = check_directory_links(parent); !ok)
+    return make_error(fmt::format("failed to write a bundle in {}: {}", parent, ok.error()));
   std::error_code ec;
+  bool existed = std::filesystem::exists(parent, ec);
   std::filesystem::create_directories(parent, ec);
   if (ec) return make_error(fmt::format("failed to create {}: {}", parent, ec.message()));
+  // Bundles hold command lines, stacks and addresses of other users' jobs:
+  // like core dumps, for root (or the caller) only.
+  if (!existed) chmod(parent.c_str(), 0700);
   std::string tmp_template = fmt::format("{}/{}{}.XXXXXX", parent, kTempPrefix, name);
   std::vector<char> buf(tmp_template.begin(), tmp_template.end());
   buf.push_back('\0');
   if (!mkdtemp(buf.data()))
     return make_error(fmt::format("failed to create a directory in {}: {}", parent, errno_text(errno)));
-  std::string tmp = buf.data();
-  chmod(tmp.c_str(), 0755);
+  std::string tmp = buf.data();  // mkdtemp made it 0700, and so it stays
   auto abandon = [&](const std::string& why) -> Result<std::string> {
     std::filesystem::remove_all(tmp, ec);
     return make_error(why);
@@ -233,7 +238,10 @@ Result<size_t> prune_bundles(const std::string& parent, size_t keep) {
   std::vector<std::pair<double, std::string>> bundles;  // (created, path)
   size_t removed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
-    if (!entry.is_directory(ec)) continue;
+    // Only real directories this user made: a link or a directory another
+    // user planted among the bundles is never deleted (nor followed).
+    struct stat st {};
+    if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
     std::string name = entry.path().filename().string();
     if (name.starts_with(kTempPrefix)) {
       // A writer that died mid-bundle; a live writer's directory is younger than a minute.

@@ -125,8 +125,34 @@ Result<bool> replace_atomically(const std::string& path, std::string_view conten
 
 }  // namespace
 
+Result<bool> check_directory_links(const std::string& dir) {
+  // Each prefix of the path, "/a", "/a/b", ...: a link planted in a directory
+  // another user can write to would send every file below it elsewhere.
+  std::string prefix = dir.starts_with("/") ? "" : ".";
+  size_t pos = dir.starts_with("/") ? 1 : 0;
+  while (pos <= dir.size()) {
+    size_t end = dir.find('/', pos);
+    if (end == std::string::npos) end = dir.size();
+    std::string part = dir.substr(pos, end - pos);
+    pos = end + 1;
+    if (part.empty() || part == ".") continue;
+    prefix += "/" + part;
+    struct stat st {};
+    if (lstat(prefix.c_str(), &st) != 0) {
+      if (errno == ENOENT) return true;  // created below by the caller
+      return make_error(fmt::format("{}: {}", prefix, errno_text(errno)));
+    }
+    if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != geteuid())
+      return make_error(
+          fmt::format("{} is a symbolic link owned by uid {} (neither root nor uid {}): not followed", prefix,
+                      st.st_uid, geteuid()));
+  }
+  return true;
+}
+
 Result<bool> write_file_atomically(const std::string& path, std::string_view content) {
   if (path.empty()) return write_error("''", "empty path");
+  if (auto ok = check_directory_links(directory_of(path)); !ok) return write_error(path, ok.error());
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) return write_error(path, errno_text(errno));
