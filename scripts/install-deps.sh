@@ -29,6 +29,7 @@ packages=(
   all:systemtap-sdt-dev      # sys/sdt.h: the CUPTI injection library's USDT probe
   all:help2man               # the man page (hangtrace.1), from --help
   all:dpkg-dev               # dpkg-shlibdeps: the .deb's Depends (scripts/package.sh)
+  all:time                   # /usr/bin/time: hangtrace's peak RSS in scenario.test_hostile_target
 )
 
 missing=()

@@ -52,6 +52,11 @@ size_t utf8_length(std::string_view s);
 // Text for XML: escaped, control characters and invalid UTF-8 (a comm is raw
 // bytes) replaced, so one odd name cannot make a whole document unreadable.
 std::string xml_escape(std::string_view s);
+// Text for a terminal: control characters (C0, DEL, C1) and bytes that are
+// not well-formed UTF-8 (a comm, a command line, a file name or a Python
+// name is raw bytes from the target) written as \xNN, so that nothing a
+// target names can move the cursor, retitle the window or garble the page.
+std::string terminal_escape(std::string_view s);
 
 // ---- paths ------------------------------------------------------------------------
 // What follows the last '/': "/usr/lib/libc.so.6" -> "libc.so.6"; the whole

@@ -45,8 +45,9 @@ def remove_cgroup(path):
 # ---- /proc -------------------------------------------------------------------
 
 def _read(path):
+    # errors="replace": a comm or a command line is raw bytes, UTF-8 or not.
     try:
-        with open(path) as f:
+        with open(path, errors="replace") as f:
             return f.read()
     except OSError:
         return None

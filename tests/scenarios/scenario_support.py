@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 REPO = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"   # the system Python that has torch
+TIME = "/usr/bin/time"        # GNU time (Debian's `time`): a command's peak RSS
 
 sys.path.insert(0, HERE)
 from proc_support import (  # noqa: F401  (re-exported)
@@ -77,6 +78,12 @@ def hangtrace_bin():
 
 def workload(name):
     return os.path.join(WORKLOADS, name)
+
+
+def repro_path(name):
+    """The reproducer built from tests/integration/repro/<name>.cpp."""
+    built = os.environ.get("HANGTRACE_REPRO_DIR") or os.path.join(REPO, "build", "tests", "repro")
+    return os.path.join(built, name)
 
 
 def _skip_reason():
@@ -297,6 +304,63 @@ def run_hangtrace_args(args, timeout=180):
                                stdin=subprocess.DEVNULL, timeout=timeout, text=True)
     _keep_report(0, completed.stdout)
     return Report(argv, completed)
+
+def run_hangtrace_measured(args, timeout=180):
+    """`hangtrace ARGS`, measured: the Report also has wall_s, max_rss_kib
+    (hangtrace's own peak RSS), raw_stdout and raw_stderr (bytes, as a
+    terminal would get them) and timed_out (killed after `timeout` s, its
+    output kept). The RSS comes from /usr/bin/time (None without it): wait4's would count
+    this test's RSS too (a vfork()ed child's high-water mark is its parent's
+    until it execs)."""
+    argv = [hangtrace_bin()] + [str(a) for a in args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(mode="r", prefix="hangtrace-time-") as measured:
+        start = time.monotonic()
+        timed = [TIME, "-f", "rss_kib=%M", "-o", measured.name] if os.access(TIME, os.X_OK) else []
+        proc = subprocess.Popen(timed + argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        wall_s = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        raw_stdout, raw_stderr = out.read(), err.read()
+        timing = measured.read()
+    rc = proc.returncode
+    signalled = re.search(r"Command terminated by signal (\d+)", timing)
+    if signalled:
+        rc = -int(signalled.group(1))
+    rss = re.search(r"rss_kib=(\d+)", timing)
+    _keep_report(proc.pid, raw_stdout.decode("utf-8", "replace"))
+    report = Report(argv, _Completed(rc, raw_stdout.decode("utf-8", "replace"), raw_stderr.decode("utf-8", "replace")))
+    report.raw_stdout, report.raw_stderr = raw_stdout, raw_stderr
+    report.wall_s, report.timed_out = wall_s, timed_out
+    report.max_rss_kib = int(rss.group(1)) if rss else None
+    return report
+
+
+# What a terminal acts on: C0 controls but newline, DEL, and C1 controls
+# (U+0080-U+009F, as UTF-8).
+TERMINAL_CONTROLS = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def terminal_unsafe(raw):
+    """Why `raw` (bytes meant for a terminal) is unsafe to print: its first
+    control character or invalid UTF-8, with context; "" when it is safe."""
+    m = TERMINAL_CONTROLS.search(raw)
+    if m:
+        return "control character %r at byte %d: %r" % (m.group(), m.start(), raw[max(0, m.start() - 60):m.end() + 20])
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return "invalid UTF-8 at byte %d: %r" % (e.start, raw[max(0, e.start - 60):e.end + 20])
+    return ""
+
 
 
 _path_dir = None

@@ -77,6 +77,16 @@ TEST(ProcfsReaders, FakeRootWithFixtures) {
   auto pids = proc.pids();
   ASSERT_TRUE(pids.ok());
   EXPECT_EQ(*pids, std::vector<int>{6968});
+  // A command line past the 1 MiB bound keeps its first MiB, marked cut.
+  std::string huge = "python3\0" + std::string(size_t{3} << 20, 'a') + '\0';
+  huge[7] = '\0';
+  write(pid_dir + "/cmdline", huge);
+  auto cut = proc.cmdline(6968);
+  ASSERT_TRUE(cut.ok()) << cut.error();
+  EXPECT_EQ(cut->substr(0, 9), "python3 a");
+  EXPECT_EQ(cut->substr(cut->size() - 4), " ...");
+  EXPECT_LE(cut->size(), (size_t{1} << 20) + 4);
+  EXPECT_GT(cut->size(), (size_t{1} << 20) - 16);
   write(pid_dir + "/status", "Name:\tx\n");  // truncated
   auto status = proc.status(6968);
   EXPECT_FALSE(status.ok());

@@ -36,6 +36,20 @@ TEST(Text, Utf8AndXml) {
   EXPECT_EQ(utf8_sequence("\xe2\x82", 0), 0u) << "a cut sequence is not one";
 }
 
+TEST(Text, TerminalEscape) {
+  EXPECT_EQ(terminal_escape("python3 train.py caf\xc3\xa9 \xe2\x82\xac"),
+            "python3 train.py caf\xc3\xa9 \xe2\x82\xac");
+  EXPECT_EQ(terminal_escape("w\x1b]0;owned\x07x"), "w\\x1b]0;owned\\x07x") << "ESC and BEL from a comm";
+  EXPECT_EQ(terminal_escape("a\rb\nc\x7f"), "a\\x0db\\x0ac\\x7f");
+  EXPECT_EQ(terminal_escape("\xc2\x9b"
+                            "2J"),
+            "\\xc2\\x9b2J")
+      << "C1 CSI, UTF-8 encoded";
+  EXPECT_EQ(terminal_escape("bad\xff\xc0\xaf"), "bad\\xff\\xc0\\xaf") << "invalid and overlong bytes";
+  EXPECT_EQ(terminal_escape("\xed\xa0\x80"), "\\xed\\xa0\\x80") << "a UTF-16 surrogate";
+  EXPECT_EQ(terminal_escape("cut\xe2\x82"), "cut\\xe2\\x82");
+}
+
 TEST(Text, BasenameOf) {
   EXPECT_EQ(basename_of("/usr/lib/x86_64-linux-gnu/libc.so.6"), "libc.so.6");
   EXPECT_EQ(basename_of("train.py"), "train.py");

@@ -100,7 +100,10 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
   Diagnosis d = diagnose(snap, analysis, live);
   std::string error;
   if (!opt.save_snapshot_path.empty() &&
-      !write_output(opt.save_snapshot_path, snapshot_to_json(snap).dump(1) + "\n", &error))
+      !write_output(
+          opt.save_snapshot_path,
+          snapshot_to_json(snap).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+          &error))
     return fail(error);
   bool json_to_stdout = opt.json_path == "-";
   if (!opt.json_path.empty() && opt.json_reports)

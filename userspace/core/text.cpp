@@ -114,6 +114,42 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[i] (no overlong form, no
+// surrogate, nothing past U+10FFFF), 0 when there is none.
+size_t strict_utf8_sequence(std::string_view s, size_t i) {
+  size_t n = utf8_sequence(s, i);
+  if (n < 2) return n;
+  unsigned char c0 = static_cast<unsigned char>(s[i]), c1 = static_cast<unsigned char>(s[i + 1]);
+  if ((n == 2 && c0 < 0xC2) || (n == 3 && c0 == 0xE0 && c1 < 0xA0) || (n == 3 && c0 == 0xED && c1 >= 0xA0) ||
+      (n == 4 && (c0 > 0xF4 || (c0 == 0xF0 && c1 < 0x90) || (c0 == 0xF4 && c1 >= 0x90))))
+    return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string terminal_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t n = strict_utf8_sequence(s, i);
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    bool control = (n == 1 && (c < 0x20 || c == 0x7F)) ||
+                   (n == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0);  // C1
+    if (n == 0 || control) {
+      for (size_t k = 0; k < std::max<size_t>(n, 1); ++k)
+        out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[i + k]));
+      i += std::max<size_t>(n, 1);
+      continue;
+    }
+    out.append(s, i, n);
+    i += n;
+  }
+  return out;
+}
+
 std::string xml_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -1,7 +1,11 @@
 // ProcFs: every /proc file hangtrace reads, under one injectable root.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "hangtrace/procfs.h"
 
@@ -31,6 +35,26 @@ constexpr size_t kMaxCmdlineBytes = size_t{1} << 20;
 constexpr size_t kMaxEnvironBytes = size_t{4} << 20;
 constexpr size_t kMaxCommBytes = 4096;
 constexpr size_t kMaxSmallFileBytes = size_t{64} << 10;  // limits, osrelease
+
+// The first `max_bytes` of a file, for one whose whole is too large to keep.
+Result<std::string> read_file_prefix(const std::string& path, size_t max_bytes, int* err) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (err) *err = errno;
+    return make_error(fmt::format("failed to read {}: {}", path, std::strerror(errno)));
+  }
+  std::string out(max_bytes, '\0');
+  size_t got = 0;
+  while (got < max_bytes) {
+    ssize_t n = ::read(fd, out.data() + got, max_bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
 
 }  // namespace
 
@@ -78,7 +102,15 @@ Result<Schedstat> ProcFs::thread_schedstat_fields(int pid, int tid, int* err) co
   return read_and_parse<Schedstat>(task_path(pid, tid) + "/schedstat", err, parse_schedstat_fields);
 }
 Result<std::string> ProcFs::cmdline(int pid, int* err) const {
-  auto text = read_text_file(pid_path(pid) + "/cmdline", err, kMaxCmdlineBytes);
+  int e = 0;
+  auto text = read_text_file(pid_path(pid) + "/cmdline", &e, kMaxCmdlineBytes);
+  // A command line past the bound (ARG_MAX allows several MiB) is still the
+  // job's: its first MiB, marked cut, not nothing (--match, launchers).
+  if (!text && e == EFBIG) {
+    if (auto prefix = read_file_prefix(pid_path(pid) + "/cmdline", kMaxCmdlineBytes, &e))
+      return parse_cmdline(*prefix) + " ...";
+  }
+  if (err) *err = e;
   if (!text) return make_error(text.error());
   return parse_cmdline(*text);
 }

@@ -267,15 +267,18 @@ std::string render_json_text(const Snapshot& snap, const Diagnosis& d, const Liv
       {"objects", objects.size(),
        [&](size_t i) { return object_json(objects[i]->first, objects[i]->second); }},
   };
+  // A comm, a command line or a Python name read from the target is raw
+  // bytes: invalid UTF-8 is replaced, not thrown on.
+  auto dump = [](const json& v) { return v.dump(2, ' ', false, json::error_handler_t::replace); };
   json j = report_head(snap, d, live);
   for (auto& a : arrays) {
     j[a.key] = fmt::format("\x01hangtrace: the {}\x01", a.key);
     a.placeholder = fmt::format("\n  \"{}\": {}", a.key, j[a.key].dump());
   }
-  const std::string head = j.dump(2);
+  const std::string head = dump(j);
   for (auto& a : arrays) {
     a.at = head.find(a.placeholder);
-    if (a.at == std::string::npos) return render_json(snap, d, live).dump(2) + "\n";  // cannot happen
+    if (a.at == std::string::npos) return dump(render_json(snap, d, live)) + "\n";  // cannot happen
   }
   std::sort(arrays.begin(), arrays.end(), [](const auto& x, const auto& y) { return x.at < y.at; });
   std::string out;
@@ -287,7 +290,7 @@ std::string render_json_text(const Snapshot& snap, const Diagnosis& d, const Liv
     if (a.size == 0) out += "[]";
     for (size_t i = 0; i < a.size; ++i) {
       out += i == 0 ? "[\n    " : ",\n    ";
-      const std::string text = a.element(i).dump(2);
+      const std::string text = dump(a.element(i));
       for (size_t from = 0; from < text.size();) {
         size_t nl = std::min(text.find('\n', from), text.size());
         out.append(text, from, nl - from);

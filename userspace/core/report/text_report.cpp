@@ -238,7 +238,8 @@ void render_live(const Snapshot& snap, const Diagnosis& d, const LiveObservation
 std::string render_text(const Snapshot& snap, const Diagnosis& d, const ReportOptions& opt,
                         const LiveObservation* live) {
   std::string out;
-  const LineSink line = [&](const std::string& s) { out += s + "\n"; };
+  // Names, command lines and paths in the lines come from the target.
+  const LineSink line = [&](const std::string& s) { out += terminal_escape(s) + "\n"; };
   const ProcessInfo* target = snap.process(snap.target_pid);
   line(fmt::format("hangtrace {} | pid {} ({}) | {} | kernel {} | {}", snap.hangtrace_version,
                    snap.target_pid,
