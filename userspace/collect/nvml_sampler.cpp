@@ -1,6 +1,7 @@
 #include "nvml_sampler.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
@@ -269,6 +270,7 @@ void NvmlSampler::start(uint64_t interval_ns) {
     stop_requested_ = false;
   }
   thread_ = std::thread([this, interval_ns] { run(interval_ns); });
+  pthread_setname_np(thread_.native_handle(), "ht-nvml");
 }
 
 void NvmlSampler::stop() {
