@@ -21,4 +21,28 @@ std::vector<uint8_t> read_process_memory_prefix(int pid, uint64_t address, size_
 
 std::optional<uint32_t> read_process_u32(int pid, uint64_t address);
 
+// Where a walker of the target's data structures (the CPython walker) reads:
+// the live process, or a memory image (tests/fuzz feeds fuzzed ones), with
+// the contracts of read_process_memory and read_process_memory_prefix.
+class MemoryReader {
+ public:
+  virtual ~MemoryReader() = default;
+  virtual Result<std::vector<uint8_t>> read(uint64_t address, size_t length) const = 0;
+  virtual std::vector<uint8_t> read_prefix(uint64_t address, size_t length) const = 0;
+};
+
+class ProcessMemory final : public MemoryReader {
+ public:
+  explicit ProcessMemory(int pid) : pid_(pid) {}
+  Result<std::vector<uint8_t>> read(uint64_t address, size_t length) const override {
+    return read_process_memory(pid_, address, length);
+  }
+  std::vector<uint8_t> read_prefix(uint64_t address, size_t length) const override {
+    return read_process_memory_prefix(pid_, address, length);
+  }
+
+ private:
+  int pid_;
+};
+
 }  // namespace hangtrace

@@ -181,8 +181,8 @@ constexpr int kOwnedByCstack313 = 3;
 
 }  // namespace
 
-Result<PyOffsets> offsets_from_debug(int pid, uint64_t runtime, int major, int minor) {
-  auto bytes = read_process_memory(pid, runtime, sizeof(DebugOffsets313));
+Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, int major, int minor) {
+  auto bytes = mem.read(runtime, sizeof(DebugOffsets313));
   if (!bytes) return make_error("cannot read _Py_DebugOffsets at the start of _PyRuntime");
   DebugOffsets313 d;
   std::memcpy(&d, bytes->data(), sizeof d);

@@ -12,6 +12,10 @@
 
 #include "hangtrace/result.h"
 
+namespace hangtrace {
+class MemoryReader;  // procmem.h
+}
+
 namespace hangtrace::python {
 
 // How a version lays out its frames and encodes line numbers.
@@ -82,7 +86,7 @@ std::optional<PyOffsets> offsets_for(int major, int minor);
 
 // 3.13: the offsets from the _Py_DebugOffsets at `runtime` in process `pid`,
 // checked for consistency; an error for any other version or layout.
-Result<PyOffsets> offsets_from_debug(int pid, uint64_t runtime, int major, int minor);
+Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, int major, int minor);
 
 // Little-endian fields of bytes read from the target: 0 past the end.
 inline uint64_t load_u64(const std::vector<uint8_t>& b, uint64_t off) {

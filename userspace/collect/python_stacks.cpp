@@ -42,11 +42,11 @@ struct CodeInfo {
 
 class Walker {
  public:
-  Walker(int pid, const PyOffsets& o) : pid_(pid), o_(o) {}
+  Walker(const MemoryReader& mem, const PyOffsets& o) : mem_(mem), o_(o) {}
 
   Result<std::vector<uint8_t>> read(uint64_t addr, size_t n, const char* what) {
     if (!plausible_pointer(addr)) return make_error(fmt::format("bad {} pointer {:#x}", what, addr));
-    auto bytes = read_process_memory(pid_, addr, n);
+    auto bytes = mem_.read(addr, n);
     if (!bytes) return make_error(fmt::format("cannot read {} at {:#x}", what, addr));
     return bytes;
   }
@@ -64,7 +64,7 @@ class Walker {
     if (auto it = type_names_.find(*type); it != type_names_.end()) return it->second;
     std::string name;
     if (auto name_ptr = read_ptr(*type + o_.type_name, "type name"); name_ptr && *name_ptr >= 4096) {
-      for (uint8_t c : read_process_memory_prefix(pid_, *name_ptr, 64)) {
+      for (uint8_t c : mem_.read_prefix(*name_ptr, 64)) {
         if (!c) break;
         name += static_cast<char>(c);
       }
@@ -90,7 +90,7 @@ class Walker {
     uint64_t data = addr + (ascii ? o_.unicode_ascii_data : o_.unicode_compact_data);
     std::string out;
     if (n == 0) return out;
-    auto bytes = read_process_memory(pid_, data, n * kind);
+    auto bytes = mem_.read(data, n * kind);
     if (!bytes) return make_error(fmt::format("cannot read {} text", what));
     out.reserve(n);
     for (size_t i = 0; i < n; ++i) {
@@ -156,8 +156,7 @@ class Walker {
             read(table, o_.bytes_data, o_.line_table == LineTable::Lnotab ? "co_lnotab" : "co_linetable")) {
       uint64_t size = load_u64(*tb, o_.bytes_size);
       if (size <= kMaxLineTableBytes) {
-        if (auto data = read_process_memory(pid_, table + o_.bytes_data, size))
-          info.linetable = std::move(*data);
+        if (auto data = mem_.read(table + o_.bytes_data, size)) info.linetable = std::move(*data);
       }
     }
     info.ok = true;
@@ -238,7 +237,7 @@ class Walker {
   }
 
  private:
-  int pid_;
+  const MemoryReader& mem_;
   const PyOffsets& o_;
   std::unordered_map<uint64_t, CodeInfo> codes_;
   CodeInfo failed_;
@@ -248,10 +247,10 @@ class Walker {
 std::string stack_error(const std::string& reason) { return "failed to read Python stack: " + reason; }
 
 // The layout of the interpreter `loc` found in `pid`.
-Result<PyOffsets> offsets_of(const python::RuntimeLocation& loc, int pid) {
+Result<PyOffsets> offsets_of(const python::RuntimeLocation& loc, const MemoryReader& mem) {
   std::optional<PyOffsets> offsets = python::offsets_for(loc.major, loc.minor);
   if (!offsets && loc.major == 3 && loc.minor >= 13) {
-    auto debug = python::offsets_from_debug(pid, loc.runtime, loc.major, loc.minor);
+    auto debug = python::offsets_from_debug(mem, loc.runtime, loc.major, loc.minor);
     if (!debug)
       return make_error(fmt::format("CPython {}.{} ({}) is not supported: {}", loc.major, loc.minor,
                                     loc.binary, debug.error()));
@@ -277,13 +276,12 @@ Result<PyOffsets> offsets_of(const python::RuntimeLocation& loc, int pid) {
 constexpr uint64_t kGlibcPthreadTid = 0x2d0;
 constexpr size_t kPthreadScanBytes = 2048;
 
-std::vector<int> pthread_tids(int pid, const std::vector<uint64_t>& pthreads,
+std::vector<int> pthread_tids(const MemoryReader& mem, const std::vector<uint64_t>& pthreads,
                               const std::unordered_set<int>& tids) {
   std::vector<int> out(pthreads.size(), 0);
   std::vector<std::vector<uint8_t>> structs;
   for (uint64_t p : pthreads)
-    structs.push_back(plausible_pointer(p) ? read_process_memory_prefix(pid, p, kPthreadScanBytes)
-                                           : std::vector<uint8_t>{});
+    structs.push_back(plausible_pointer(p) ? mem.read_prefix(p, kPthreadScanBytes) : std::vector<uint8_t>{});
   auto tid_at = [&](size_t i, uint64_t off) -> int {
     if (off + 4 > structs[i].size()) return 0;
     int v = static_cast<int>(load_u32(structs[i], off));
@@ -361,8 +359,8 @@ ThreadStates read_thread_states(Walker& walker, const PyOffsets& o, uint64_t int
 
 // The thread (Linux TID, 0: unknown) of each thread state; `tids`: the
 // process's threads, for versions that know a thread only by its pthread_t.
-std::vector<int> thread_state_tids(int pid, const PyOffsets& o, const std::vector<TState>& tstates,
-                                   const std::unordered_set<int>& tids) {
+std::vector<int> thread_state_tids(const MemoryReader& mem, const PyOffsets& o,
+                                   const std::vector<TState>& tstates, const std::unordered_set<int>& tids) {
   std::vector<int> out;
   if (o.tstate_native_thread_id) {
     for (const auto& ts : tstates)
@@ -371,7 +369,7 @@ std::vector<int> thread_state_tids(int pid, const PyOffsets& o, const std::vecto
   }
   std::vector<uint64_t> pthreads;
   for (const auto& ts : tstates) pthreads.push_back(load_u64(ts.bytes, o.tstate_thread_id));
-  return pthread_tids(pid, pthreads, tids);
+  return pthread_tids(mem, pthreads, tids);
 }
 
 // A running thread pushes and pops frames while we read: a walk that ran
@@ -387,29 +385,39 @@ Result<std::vector<UserFrame>> walk_thread(Walker& walker, const PyOffsets& o, c
 
 }  // namespace
 
+namespace {
+
+// Every thread of `p` gets `reason` instead of a stack.
+std::string fail_all(ProcessInfo& p, const std::string& reason) {
+  p.python_gils.clear();
+  for (auto& t : p.threads) {
+    t.python_stack.clear();
+    t.python_stack_error = stack_error(reason);
+    t.holds_gil = false;
+  }
+  return reason;
+}
+
+}  // namespace
+
 std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols,
                                   const std::vector<Mapping>* maps) {
-  const int mem_pid = pid;
   p.python_gils.clear();
-  auto fail_all = [&](const std::string& reason) {
-    p.python_gils.clear();
-    for (auto& t : p.threads) {
-      t.python_stack.clear();
-      t.python_stack_error = stack_error(reason);
-      t.holds_gil = false;
-    }
-    return reason;
-  };
   auto loc = python::find_runtime(fs, pid, use_symbols, maps);
-  if (!loc) return fail_all(loc.error());
-  auto offsets = offsets_of(*loc, mem_pid);
-  if (!offsets) return fail_all(offsets.error());
-  const PyOffsets& o = *offsets;
-  Walker walker(mem_pid, o);
+  if (!loc) return fail_all(p, loc.error());
+  ProcessMemory mem(pid);
+  auto offsets = offsets_of(*loc, mem);
+  if (!offsets) return fail_all(p, offsets.error());
+  return walk_python_threads(p, mem, *offsets, loc->runtime);
+}
 
+std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const PyOffsets& o,
+                                uint64_t runtime_addr) {
+  p.python_gils.clear();
+  Walker walker(mem, o);
   uint64_t runtime_size = std::max(o.runtime_interpreters_head + 8, o.runtime_gil_locked + 4);
-  auto runtime = walker.read(loc->runtime, runtime_size, "_PyRuntime");
-  if (!runtime) return fail_all(runtime.error());
+  auto runtime = walker.read(runtime_addr, runtime_size, "_PyRuntime");
+  if (!runtime) return fail_all(p, runtime.error());
   // Thread states holding a GIL (one per GIL: 3.12+ interpreters may each
   // have their own). `locked` is -1 before the GIL exists.
   std::unordered_set<uint64_t> gil_holders;
@@ -417,7 +425,7 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
     gil_holders.insert(load_u64(*runtime, o.runtime_gil_last_holder));
   // Before 3.12 the one GIL is _PyRuntime.ceval.gil, whose `interval` comes
   // right before last_holder.
-  if (o.runtime_gil_last_holder >= 8) p.python_gils.push_back(loc->runtime + o.runtime_gil_last_holder - 8);
+  if (o.runtime_gil_last_holder >= 8) p.python_gils.push_back(runtime_addr + o.runtime_gil_last_holder - 8);
 
   std::unordered_map<int, ThreadInfo*> by_tid;
   std::unordered_set<int> tids;
@@ -439,11 +447,11 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
   };
   ThreadStates states =
       read_thread_states(walker, o, load_u64(*runtime, o.runtime_interpreters_head), note_gil);
-  if (states.interpreters == 0) return fail_all("no interpreter (not initialized yet, or finalized)");
+  if (states.interpreters == 0) return fail_all(p, "no interpreter (not initialized yet, or finalized)");
   gil_holders.erase(0);
   const std::vector<TState>& tstates = states.tstates;
   const std::string& first_error = states.first_error;
-  std::vector<int> tstate_tids = thread_state_tids(mem_pid, o, tstates, tids);
+  std::vector<int> tstate_tids = thread_state_tids(mem, o, tstates, tids);
 
   for (size_t i = 0; i < tstates.size(); ++i) {
     auto it = by_tid.find(tstate_tids[i]);
@@ -468,7 +476,8 @@ struct PythonThreadStacks::Impl {
   int pid = 0;
   uint64_t runtime = 0;
   PyOffsets o;
-  std::unique_ptr<Walker> walker;  // over `o`: declared after it
+  std::unique_ptr<ProcessMemory> mem;
+  std::unique_ptr<Walker> walker;  // over `mem` and `o`: declared after them
   procfs::ProcFs fs;
   std::unordered_map<int, uint64_t> tstates;  // tid -> its PyThreadState, as of the last scan
   uint64_t last_scan_ns = 0;
@@ -493,7 +502,7 @@ struct PythonThreadStacks::Impl {
     if (!o.tstate_native_thread_id) {
       if (auto t = fs.tids(pid)) tids.insert(t->begin(), t->end());
     }
-    std::vector<int> ids = thread_state_tids(pid, o, states.tstates, tids);
+    std::vector<int> ids = thread_state_tids(*mem, o, states.tstates, tids);
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] > 0) tstates.emplace(ids[i], states.tstates[i].addr);
   }
@@ -514,7 +523,8 @@ Result<std::unique_ptr<PythonThreadStacks>> PythonThreadStacks::open(const procf
                                                                      const std::vector<Mapping>* maps) {
   auto loc = python::find_runtime(fs, pid, true, maps);
   if (!loc) return make_error(loc.error());
-  auto offsets = offsets_of(*loc, pid);
+  ProcessMemory mem(pid);
+  auto offsets = offsets_of(*loc, mem);
   if (!offsets) return make_error(offsets.error());
   std::unique_ptr<PythonThreadStacks> out(new PythonThreadStacks());
   out->impl_ = std::make_unique<Impl>();
@@ -522,7 +532,8 @@ Result<std::unique_ptr<PythonThreadStacks>> PythonThreadStacks::open(const procf
   m.pid = pid;
   m.runtime = loc->runtime;
   m.o = std::move(*offsets);
-  m.walker = std::make_unique<Walker>(pid, m.o);
+  m.mem = std::make_unique<ProcessMemory>(pid);
+  m.walker = std::make_unique<Walker>(*m.mem, m.o);
   m.fs = fs;
   return out;
 }

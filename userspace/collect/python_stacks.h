@@ -35,6 +35,11 @@
 
 namespace hangtrace {
 
+class MemoryReader;  // procmem.h
+namespace python {
+struct PyOffsets;  // python_offsets.h
+}
+
 namespace python_linetable {
 
 // Reads a 6-bit-chunk varint (CPython's location table encoding). Returns
@@ -159,6 +164,13 @@ inline int linetable310_line(const uint8_t* table, size_t size, int first_line, 
 // read them already (a PyTorch process has ~2,000), else they are read here.
 std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int pid, bool use_symbols = true,
                                   const std::vector<Mapping>* maps = nullptr);
+
+// The walk itself, once the layout `o` and _PyRuntime's address are known:
+// the interpreters, their thread states and GILs, and each thread state's
+// frames, read through `mem` (the process, or a memory image: tests/fuzz
+// feeds it fuzzed ones). Fills `p` and returns as collect_python_stacks.
+std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const python::PyOffsets& o,
+                                uint64_t runtime_addr);
 
 // One process's Python stacks one thread at a time, for the on-CPU sampler
 // (cpu_sampler.h): _PyRuntime and the layout are found once, each thread's
