@@ -46,5 +46,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("replayed %zu inputs\n", inputs);
-  return failures == 0 ? 0 : 1;
+  // No input at all is a missing corpus, not a pass.
+  if (inputs == 0) std::fprintf(stderr, "failed to replay: no inputs found\n");
+  return failures == 0 && inputs > 0 ? 0 : 1;
 }
