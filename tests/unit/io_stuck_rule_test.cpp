@@ -185,7 +185,9 @@ TEST(IoStuckRule, WithoutKernelTimesItIsAWarning) {
   testing::in_syscall(t, HT_NR_read, {9, 0, 4096});
   file_fd(b, 100, 9, "/mnt/nfs/x", 113);
   b.find(100)->mounts.push_back(mount_line(kNfsLine));
-  auto found = of_kind(diagnose(b.s), FindingKind::IoStuck);
+  // of_kind points into the diagnosis: it must outlive them (ASan found one that did not).
+  Diagnosis d = diagnose(b.s);
+  auto found = of_kind(d, FindingKind::IoStuck);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found.front()->severity, Severity::Warning);
 }
