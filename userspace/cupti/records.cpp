@@ -60,7 +60,8 @@ uint32_t dim(int32_t v) { return v < 0 ? 0 : static_cast<uint32_t>(v); }
 
 void set_name(ht_gpu_activity& a, std::string_view text) {
   size_t n = std::min(text.size(), sizeof a.name - 1);
-  std::memcpy(a.name, text.data(), n);
+  // An empty view may have no data at all: memcpy from null is undefined even for 0 bytes.
+  if (n) std::memcpy(a.name, text.data(), n);
   std::memset(a.name + n, 0, sizeof a.name - n);
 }
 
