@@ -95,7 +95,8 @@ class GpuClock {
     if (cupti_ns == 0 || !calibrated_) return 0;
     int64_t cupti_delta = static_cast<int64_t>(cupti_ns - anchor_.cupti_ns);
     int64_t mono_delta = std::llround(static_cast<double>(cupti_delta) / (1.0 + drift_ppm_ * 1e-6));
-    if (mono_delta < 0 && static_cast<uint64_t>(-mono_delta) >= anchor_.mono_ns) return 0;
+    // Negated as unsigned: llround of a delta past int64's range is INT64_MIN.
+    if (mono_delta < 0 && 0 - static_cast<uint64_t>(mono_delta) >= anchor_.mono_ns) return 0;
     return anchor_.mono_ns + static_cast<uint64_t>(mono_delta);
   }
 

@@ -89,7 +89,9 @@ bool read_record(const void* data, size_t size, T* out) {
   return true;
 }
 
-std::string comm_of(const char* c) { return std::string(c, strnlen(c, HT_COMM_LEN)); }
+// The kernel's strings end in a NUL inside their field; a record whose do not
+// (not one a BPF program writes) is cut as if they did, never a byte more.
+std::string comm_of(const char* c) { return std::string(c, strnlen(c, HT_COMM_LEN - 1)); }
 
 std::string endpoint(uint16_t family, const uint8_t* addr, uint16_t port) {
   char buf[INET6_ADDRSTRLEN] = {};
@@ -198,7 +200,7 @@ Result<TraceEvent> decode_event(const void* data, size_t size) {
       e.ustack_id = r.ustack_id;
       if (r.obj_kind == HT_OBJ_FILE) {
         e.mnt_id = r.mnt_id;
-        e.file = std::string(r.file, strnlen(r.file, sizeof r.file));
+        e.file = std::string(r.file, strnlen(r.file, sizeof r.file - 1));
       }
       break;
     }

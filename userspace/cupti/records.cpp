@@ -113,7 +113,12 @@ std::optional<ht_gpu_activity> convert_record(const CUpti_Activity& rec, const G
       a.context_id = s.contextId;
       // CUPTI_SYNCHRONIZATION_INVALID_VALUE for context-wide waits.
       a.stream_id = s.streamId;
-      a.detail = s.type;
+      // The enum's bits, not the enum: a value this CUPTI header does not
+      // name (a newer driver's) is kept, and loading it is not undefined.
+      uint32_t type;
+      static_assert(sizeof type == sizeof s.type);
+      std::memcpy(&type, &s.type, sizeof type);
+      a.detail = type;
       return a;
     }
     case CUPTI_ACTIVITY_KIND_DRIVER:
