@@ -30,6 +30,7 @@ packages=(
   all:help2man               # the man page (hangtrace.1), from --help
   all:dpkg-dev               # dpkg-shlibdeps: the .deb's Depends (scripts/package.sh)
   all:time                   # /usr/bin/time: hangtrace's peak RSS in scenario.test_hostile_target
+  all:clang-14 all:libclang-rt-14-dev   # the ASan+UBSan and libFuzzer tree (scripts/sanitize.sh)
 )
 
 missing=()
