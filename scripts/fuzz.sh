@@ -4,9 +4,9 @@
 #   scripts/fuzz.sh [SECONDS_PER_FUZZER (default 10)] [NAMES...]
 #
 # NAMES: proc_stat, snapshot, ... (tests/fuzz/NAME_fuzz.cpp); all without.
-# Builds the clang ASan+libFuzzer tree FUZZ_BUILD_DIR (default build-asan)
-# when it is missing, runs each fuzzer that long on a temporary copy of its
-# corpus and regressions (the source tree is never written), and prints one
+# Builds the clang ASan+libFuzzer tree FUZZ_BUILD_DIR (default build-asan;
+# scripts/configure-asan.sh configures it when it is missing), runs each
+# fuzzer that long on a temporary copy of its corpus and regressions (the source tree is never written), and prints one
 # line per fuzzer from libFuzzer's final stats. Crash, timeout and OOM
 # inputs are kept under FUZZ_ARTIFACTS (default: a new /tmp directory);
 # exits 1 when any fuzzer found one.
@@ -25,12 +25,7 @@ if [[ ${#names[@]} -eq 0 ]]; then
   for f in "$root"/tests/fuzz/*_fuzz.cpp; do names+=("$(basename "$f" _fuzz.cpp)"); done
 fi
 
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DHANGTRACE_BUILD_TESTS=ON -DHANGTRACE_SANITIZE=ON -DHANGTRACE_BUILD_FUZZERS=ON "${launcher[@]}" >/dev/null
-fi
+"$root"/scripts/configure-asan.sh "$build"
 targets=()
 for n in "${names[@]}"; do
   # cupti_records exists only where CUPTI was found.

@@ -18,15 +18,7 @@ build=${SANITIZE_BUILD_DIR:-build-asan}
 fuzz_seconds=${1:-5}
 shift || true
 
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  # -O1 -g1: a sanitized build compiles in about half the time of -O2 -g and
-  # still gives every report its file and line.
-  CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DHANGTRACE_BUILD_TESTS=ON -DHANGTRACE_SANITIZE=ON -DHANGTRACE_BUILD_FUZZERS=ON "${launcher[@]}" >/dev/null
-fi
+scripts/configure-asan.sh "$build"
 ninja -C "$build" -j"$(nproc)"
 
 reports=$(mktemp -d /tmp/hangtrace-sanitizer-reports.XXXXXX)
