@@ -13,8 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,16 @@ struct FileSystemWait {
   std::vector<int> server_pids;             // FUSE: the processes holding /dev/fuse that serve it
 };
 
+// Every live thread of `pid` but `except` can end the wait: a lock anyone
+// sharing its memory may post (a semaphore, a condition, a plain futex), a
+// pipe or socket the process holds. One entry, not a list of tids: n threads
+// parked on their own private futexes would be n * n releaser ids.
+struct ReleaserProcess {
+  int pid = 0;
+  std::vector<int> except;  // the object's waiters among pid's live threads, ascending
+  size_t threads = 0;       // how many threads the entry stands for (live ones minus except)
+};
+
 struct WaitObject {
   std::string id;  // stable key: "pipe:[123]:r", "futex:shared:0:5:1234:0x40", "child:77", "gil:212"
   ObjectKind kind = ObjectKind::Unknown;
@@ -76,15 +88,19 @@ struct WaitObject {
   std::optional<FutexLocation> futex;  // set for kind Futex
   std::optional<FileSystemWait> fs;    // set for a wait inside a filesystem (kind File)
   std::string label;  // for people: "pipe:[123] (read end)", "semaphore /dev/shm/sem.mp-ab12 (deleted)+0x0"
-  std::vector<int> waiters;        // tids waiting on it
-  std::vector<int> releasers;      // tids that could end the wait (never a waiter of it)
-  std::vector<int> holder_pids;    // processes holding the other end / mapping the lock
-  bool ready = false;              // the kernel says the wait is already satisfied
-  bool external = false;           // released by something outside this host or snapshot
-  bool releasers_certain = false;  // releasers known exactly (a lock's owner, a peer socket)
-  bool only_self_holders = false;  // other end held only by the waiters' own process
-  std::optional<int> owner_tid;    // a lock's owner, when the lock word records it
-  std::vector<std::string> notes;  // evidence about the object ("owner TID 77 is dead")
+  std::vector<int> waiters;  // tids waiting on it
+  // Who could end the wait (never a waiter of it): threads named one by one
+  // (a lock's owner, the GIL's holder), ascending, and whole processes.
+  // releasers.cpp walks both; see releaser_count, releasers_of, ReleaserWalk.
+  std::vector<int> releasers;
+  std::vector<ReleaserProcess> releaser_processes;  // ascending pid, none also in `releasers`
+  std::vector<int> holder_pids;                     // processes holding the other end / mapping the lock
+  bool ready = false;                               // the kernel says the wait is already satisfied
+  bool external = false;                            // released by something outside this host or snapshot
+  bool releasers_certain = false;                   // releasers known exactly (a lock's owner, a peer socket)
+  bool only_self_holders = false;                   // other end held only by the waiters' own process
+  std::optional<int> owner_tid;                     // a lock's owner, when the lock word records it
+  std::vector<std::string> notes;                   // evidence about the object ("owner TID 77 is dead")
   // Socket endpoints, and whether the remote one is this host (a loopback
   // address or one of its interfaces).
   std::string local, remote;
@@ -121,10 +137,63 @@ struct WaitGraph {
   std::map<std::string, WaitObject> objects;
   std::map<int, ThreadWait> threads;  // by tid
   std::map<int, int> tid_to_pid;
+  std::map<int, std::vector<int>> live_threads;  // pid -> its live threads, ascending (live processes)
 
   // The threads `tid` depends on: the releasers of everything it waits on
   // (itself excepted), sorted.
   std::vector<int> depends_on(int tid) const;
+};
+
+// ---- releasers (graph/releasers.cpp) --------------------------------------------
+// How many threads could end the wait on `o`.
+size_t releaser_count(const WaitObject& o);
+bool is_releaser(const WaitGraph& g, const WaitObject& o, int tid);
+// The lowest tid that could end the wait on `o`.
+std::optional<int> first_releaser(const WaitGraph& g, const WaitObject& o);
+// Every releaser of `o`, ascending: as many as releaser_count says.
+std::vector<int> releasers_of(const WaitGraph& g, const WaitObject& o);
+
+// The releasers of a set of objects, ascending and each once, one at a time
+// (never all at once: the dependencies of a process's parked threads on each
+// other are n * n).
+class ReleaserCursor {
+ public:
+  ReleaserCursor(const WaitGraph& g, const std::vector<const WaitObject*>& objects, int skip_tid = 0);
+  // The releasers of every object `tid` waits on, `tid` itself skipped.
+  ReleaserCursor(const WaitGraph& g, int tid);
+  std::optional<int> next();
+
+ private:
+  struct Range {
+    const int *at = nullptr, *end = nullptr;
+    const int *except = nullptr, *except_end = nullptr;  // ascending tids to step over
+  };
+  void add(const WaitGraph& g, const WaitObject& o);
+  std::vector<Range> ranges_;
+  int skip_ = 0;
+};
+
+// A breadth-first walk over releasers, each thread reached once: every
+// object expanded costs what it newly reaches plus its own waiters, not the
+// size of the processes that can release it.
+class ReleaserWalk {
+ public:
+  using TidFilter = std::function<bool(int)>;
+  // Only threads for which `member` is true are reached (all when empty).
+  explicit ReleaserWalk(const WaitGraph& g, TidFilter member = {});
+  bool reached(int tid) const { return reached_.count(tid) > 0; }
+  void mark(int tid);
+  // The releasers of `o` not reached before, ascending, now marked reached;
+  // with `pid_filter`, only those of processes it accepts.
+  std::vector<int> expand(const WaitObject& o, const TidFilter& pid_filter = {});
+
+ private:
+  std::set<int>& unreached_of(int pid);
+  const WaitGraph& g_;
+  TidFilter member_;
+  std::set<int> reached_;
+  std::map<int, std::set<int>> unreached_;  // pid -> its live member threads not reached
+  std::set<const void*> done_;              // releaser lists and entries fully expanded
 };
 
 WaitGraph build_wait_graph(const Snapshot& snapshot);
@@ -186,8 +255,8 @@ struct AnalysisOptions {
   double gpu_idle_quiet_s = 2.0;      // no kernel / copy / launch for this long is an idle GPU
   double gpu_idle_recent_s = 5.0;     // NVML: idle is judged on the samples of the window's last seconds
   // Slow, not frozen (rules/slow.cpp), shares of a live window's wall time:
-  double data_starved_share = 0.30;     // a main thread waiting on its DataLoader at least this much
-  double io_bound_share = 0.50;         // file I/O of the threads that feed it (or its own) at least this much
+  double data_starved_share = 0.30;  // a main thread waiting on its DataLoader at least this much
+  double io_bound_share = 0.50;      // file I/O of the threads that feed it (or its own) at least this much
   double lock_contention_share = 0.30;  // a thread waiting on one lock other waiters hold in turn
   double collective_skew_share = 0.30;  // a rank's main thread in collectives on its peers
   double gpu_idle_share = 0.50;         // NVML samples at or under gpu_idle_util_pct

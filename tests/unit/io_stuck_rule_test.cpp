@@ -126,7 +126,7 @@ TEST(IoStuckRule, FuseWorkersNameTheFileTheMountAndTheDaemon) {
   EXPECT_EQ(w2.activity, Activity::DiskWait);
   ASSERT_EQ(w2.objects.size(), 1u);
   EXPECT_EQ(d.graph.threads.at(101).objects, w2.objects);
-  EXPECT_EQ(d.graph.objects.at(w2.objects[0]).releasers, (std::vector<int>{412}));
+  EXPECT_EQ(releasers_of(d.graph, d.graph.objects.at(w2.objects[0])), (std::vector<int>{412}));
 }
 
 TEST(IoStuckRule, MountsAndMountIdsSurviveASnapshotFile) {

@@ -126,7 +126,7 @@ std::string GraphBuilder::gil_object(const ProcessInfo& p, ThreadWait& w) {
 void GraphBuilder::finish_gil(WaitObject& o) {
   // Every thread that could hold it waits for it: the holder read and the
   // waits disagree (the GIL changed hands in between), or nobody holds it.
-  if (o.releasers.empty() && !o.ready) {
+  if (releaser_count(o) == 0 && !o.ready) {
     o.ready = true;
     o.notes.push_back("every thread that could hold the GIL was waiting for it: it is free or changed hands");
   }

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <set>
 
 #include "graph_builder.h"
@@ -61,26 +63,21 @@ const char* activity_name(Activity a) {
   return "unknown";
 }
 
-std::vector<int> WaitGraph::depends_on(int tid) const {
-  std::set<int> out;
-  auto it = threads.find(tid);
-  if (it == threads.end()) return {};
-  for (const auto& id : it->second.objects) {
-    auto o = objects.find(id);
-    if (o == objects.end()) continue;
-    out.insert(o->second.releasers.begin(), o->second.releasers.end());
-  }
-  out.erase(tid);
-  return {out.begin(), out.end()};
-}
-
 WaitGraph build_wait_graph(const Snapshot& snapshot) { return graph::GraphBuilder(snapshot).build(); }
 
 namespace graph {
 
 GraphBuilder::GraphBuilder(const Snapshot& s) : snap_(s) {
-  for (const auto& p : snap_.processes)
+  for (const auto& p : snap_.processes) {
     for (const auto& t : p.threads) graph_.tid_to_pid[t.tid] = p.pid;
+    if (!alive(p)) continue;
+    std::vector<int> live;
+    for (const auto& t : p.threads)
+      if (alive(t)) live.push_back(t.tid);
+    std::sort(live.begin(), live.end());
+    live.erase(std::unique(live.begin(), live.end()), live.end());
+    if (!live.empty()) graph_.live_threads[p.pid] = std::move(live);
+  }
 }
 
 WaitGraph GraphBuilder::build() {
@@ -103,10 +100,7 @@ WaitObject& GraphBuilder::object(const std::string& id, ObjectKind kind, const s
 }
 
 void GraphBuilder::add_releaser_process(WaitObject& o, int pid) {
-  const ProcessInfo* p = snap_.process(pid);
-  if (p && alive(*p))
-    for (const auto& t : p->threads)
-      if (alive(t)) o.releasers.push_back(t.tid);
+  if (graph_.live_threads.count(pid)) o.releaser_processes.push_back({pid, {}, 0});
   o.holder_pids.push_back(pid);
 }
 
@@ -290,17 +284,37 @@ void GraphBuilder::finish_objects() {
   for (auto& [id, o] : graph_.objects) {
     // A waiter cannot release what it waits on; neither can a dead thread.
     std::set<int> waiters(o.waiters.begin(), o.waiters.end());
+    std::map<int, ReleaserProcess> processes;
+    for (const auto& rp : o.releaser_processes) processes.try_emplace(rp.pid, ReleaserProcess{rp.pid, {}, 0});
+    // By the waiters, not the process's threads: n objects of one process
+    // would read its n threads each.
+    for (int tid : waiters) {
+      auto rp = processes.find(graph_.tid_to_pid[tid]);
+      if (rp == processes.end()) continue;
+      const std::vector<int>& live = graph_.live_threads.at(rp->first);
+      if (std::binary_search(live.begin(), live.end(), tid))
+        rp->second.except.push_back(tid);  // ascending: a set
+    }
+    for (auto it = processes.begin(); it != processes.end();) {
+      it->second.threads = graph_.live_threads.at(it->first).size() - it->second.except.size();
+      // A process whose every live thread waits on it releases nothing.
+      it = it->second.threads ? std::next(it) : processes.erase(it);
+    }
     std::set<int> rel;
     for (int tid : o.releasers)
-      if (!waiters.count(tid)) rel.insert(tid);
+      if (!waiters.count(tid) && !processes.count(graph_.tid_to_pid[tid])) rel.insert(tid);
     o.releasers.assign(rel.begin(), rel.end());
+    o.releaser_processes.clear();
+    for (auto& [pid, rp] : processes) o.releaser_processes.push_back(std::move(rp));
     std::set<int> hp(o.holder_pids.begin(), o.holder_pids.end());
     o.holder_pids.assign(hp.begin(), hp.end());
     std::set<int> waiter_pids;
     for (int tid : o.waiters) waiter_pids.insert(graph_.tid_to_pid[tid]);
-    o.only_self_holders = !o.releasers.empty();
+    o.only_self_holders = releaser_count(o) > 0;
     for (int tid : o.releasers)
       if (!waiter_pids.count(graph_.tid_to_pid[tid])) o.only_self_holders = false;
+    for (const auto& rp : o.releaser_processes)
+      if (!waiter_pids.count(rp.pid)) o.only_self_holders = false;
     if (o.kind == ObjectKind::Gil) finish_gil(o);
   }
 }

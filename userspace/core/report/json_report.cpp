@@ -137,6 +137,14 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
   return out;
 }
 
+// Processes any live thread of which could end the wait, but those listed.
+nlohmann::json releaser_processes_json(const WaitObject& o) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& rp : o.releaser_processes)
+    out.push_back({{"pid", rp.pid}, {"threads", rp.threads}, {"except", rp.except}});
+  return out;
+}
+
 // One object of the wait-for graph.
 nlohmann::json object_json(const std::string& id, const WaitObject& o) {
   using nlohmann::json;
@@ -145,6 +153,7 @@ nlohmann::json object_json(const std::string& id, const WaitObject& o) {
           {"label", o.label},
           {"waiters", o.waiters},
           {"releasers", o.releasers},
+          {"releaser_processes", releaser_processes_json(o)},
           {"holder_pids", o.holder_pids},
           {"ready", o.ready},
           {"external", o.external},
@@ -253,7 +262,7 @@ struct StreamedArray {
 }  // namespace
 
 // The whole tree of a node-sized job (73 processes, 1,100 threads with their
-// stacks; the releasers of every thread's private futex) takes ~100 MB as
+// stacks and objects) takes ~100 MB as
 // nlohmann::json; one process, one object at a time it is the text alone.
 // dump(2) of an element of a top-level array is its own dump(2) with every
 // line after the first indented by 4 more spaces (a JSON string holds no raw

@@ -21,23 +21,33 @@ constexpr size_t kMaxGroupedFindings = 64;
 
 // The threads `f`'s waits reach: every releaser along the wait-for graph
 // from its threads, and what it waits for outside the graph (a
-// collective's absent ranks). One walk per finding, not per pair: the
-// releasers of a process's private locks are all its threads, so a walk
-// can cover a large part of a big job's graph.
+// collective's absent ranks), the finding's own threads aside. One walk per
+// finding, not per pair: the releasers of a process's private locks are all
+// its threads, so a walk can cover a large part of a big job's graph.
 std::set<int> reached_by(const RuleContext& ctx, const Finding& f) {
-  std::set<int> seen(f.tids.begin(), f.tids.end());
-  std::deque<int> queue(seen.begin(), seen.end());
+  ReleaserWalk walk(ctx.graph);
+  std::deque<int> queue;
+  for (int t : f.tids)
+    if (!walk.reached(t)) {
+      walk.mark(t);
+      queue.push_back(t);
+    }
   std::set<int> reached(f.waits_for_tids.begin(), f.waits_for_tids.end());
+  // The finding's own threads are marked reached from the start: meets()
+  // never counts them. Every object is expanded once.
+  std::set<std::string> expanded;
   while (!queue.empty()) {
     const int t = queue.front();
     queue.pop_front();
     const ThreadWait* w = ctx.wait_of(t);
     if (!w) continue;
-    for (const auto& id : w->objects)
-      for (int r : ctx.object(id).releasers) {
+    for (const auto& id : w->objects) {
+      if (!expanded.insert(id).second) continue;
+      for (int r : walk.expand(ctx.object(id))) {
         reached.insert(r);
-        if (seen.insert(r).second) queue.push_back(r);
+        queue.push_back(r);
       }
+    }
   }
   return reached;
 }

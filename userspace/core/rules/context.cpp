@@ -65,7 +65,8 @@ std::string RuleContext::thread_label(int tid) const {
 }
 
 std::string RuleContext::releaser_label(const WaitObject& o, int tid) const {
-  size_t others = o.releasers.size() > 1 ? o.releasers.size() - 1 : 0;
+  const size_t count = releaser_count(o);
+  size_t others = count > 1 ? count - 1 : 0;
   return others ? fmt::format("{} (or {} other thread{})", thread_label(tid), others, others > 1 ? "s" : "")
                 : thread_label(tid);
 }
@@ -90,19 +91,19 @@ WaitPath RuleContext::wait_path(int from, int to) const {
   std::map<int, Hop> parent;  // tid -> (previous tid, via object)
   std::deque<int> q{from};
   parent[from] = {from, ""};
+  ReleaserWalk walk(graph);
+  walk.mark(from);
   while (!q.empty()) {
     int t = q.front();
     q.pop_front();
     if (t == to) break;
     const ThreadWait* w = wait_of(t);
     if (!w) continue;
-    for (const auto& id : w->objects) {
-      for (int r : object(id).releasers)
-        if (!parent.count(r)) {
-          parent[r] = {t, id};
-          q.push_back(r);
-        }
-    }
+    for (const auto& id : w->objects)
+      for (int r : walk.expand(object(id))) {
+        parent[r] = {t, id};
+        q.push_back(r);
+      }
   }
   if (!parent.count(to)) return {};
   WaitPath path;
@@ -157,8 +158,8 @@ std::vector<ChainStep> RuleContext::chain_from(int tid) const {
   if (!w->objects.empty()) {
     const WaitObject& o = object(w->objects.front());
     steps.push_back({label, "waits on", o.label});
-    if (!o.releasers.empty())
-      steps.push_back({o.label, "can be released by", releaser_label(o, o.releasers[0])});
+    if (auto first = first_releaser(graph, o))
+      steps.push_back({o.label, "can be released by", releaser_label(o, *first)});
     for (const auto& note : o.notes) steps.push_back({o.label, "note", note});
   }
   if (steps.empty() && !w->summary.empty()) steps.push_back({label, "waits:", w->summary});

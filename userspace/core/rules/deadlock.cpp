@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "rules.h"
 
@@ -40,118 +41,269 @@ bool can_move_on(const WaitGraph& g, const ThreadWait& w, bool timed_is_live) {
   return true;
 }
 
-// The dependency graph once, on positions in the ascending list of threads:
-// the releasers of a private futex are every thread of its process, so a
-// process's n parked threads are n * n dependencies, and depends_on (a set
-// per call) for each of the three passes below was most of a diagnosis.
-struct Dependencies {
-  std::vector<int> tids;                // ascending, as g.threads
-  std::vector<std::vector<int>> edges;  // position -> the positions it depends on, ascending
+// The threads of the graph, ascending, and their positions in that list.
+struct Positions {
+  std::vector<int> tids;  // ascending, as g.threads
+  std::optional<size_t> of(int tid) const {
+    auto it = std::lower_bound(tids.begin(), tids.end(), tid);
+    if (it == tids.end() || *it != tid) return std::nullopt;  // not a thread of the graph
+    return static_cast<size_t>(it - tids.begin());
+  }
 };
 
-Dependencies dependencies(const WaitGraph& g) {
-  Dependencies d;
-  for (const auto& [tid, w] : g.threads) d.tids.push_back(tid);
-  d.edges.resize(d.tids.size());
-  for (size_t v = 0; v < d.tids.size(); ++v) {
-    for (int r : g.depends_on(d.tids[v])) {
-      auto it = std::lower_bound(d.tids.begin(), d.tids.end(), r);
-      // A releaser that is not a thread of the graph frees nobody.
-      if (it != d.tids.end() && *it == r) d.edges[v].push_back(static_cast<int>(it - d.tids.begin()));
-    }
-  }
-  return d;
+Positions positions(const WaitGraph& g) {
+  Positions p;
+  for (const auto& [tid, w] : g.threads) p.tids.push_back(tid);
+  return p;
 }
 
 // The blocked threads no thread that can move on reaches through the
-// releasers of what they wait on.
-std::set<int> deadlocked(const WaitGraph& g, const Dependencies& deps, bool timed_is_live) {
-  const size_t n = deps.tids.size();
-  std::vector<std::vector<int>> dependents(n);  // releaser -> threads it could free
-  for (size_t v = 0; v < n; ++v)
-    for (int r : deps.edges[v]) dependents[static_cast<size_t>(r)].push_back(static_cast<int>(v));
-  std::deque<int> queue;
+// releasers of what they wait on. Propagated over objects, not thread
+// pairs: a thread that can move on frees every object it can release, and
+// an object freed frees its waiters -- linear in the waits, where the pairs
+// are n * n for a process's threads parked on their own private futexes.
+std::set<int> deadlocked(const WaitGraph& g, const Positions& pos, bool timed_is_live) {
+  const size_t n = pos.tids.size();
+  std::map<int, std::vector<const WaitObject*>> by_tid;  // named releaser -> objects
+  std::map<int, std::vector<std::pair<const WaitObject*, const ReleaserProcess*>>> by_pid;
+  for (const auto& [id, o] : g.objects) {
+    for (int r : o.releasers) by_tid[r].push_back(&o);
+    for (const auto& rp : o.releaser_processes) by_pid[rp.pid].push_back({&o, &rp});
+  }
   std::vector<char> can_progress(n, 0);
   std::vector<const ThreadWait*> waits;
   for (const auto& [tid, w] : g.threads) waits.push_back(&w);
-  for (size_t v = 0; v < n; ++v) {
-    if (can_move_on(g, *waits[v], timed_is_live) && waits[v]->activity != Activity::Dead) {
-      can_progress[v] = 1;
-      queue.push_back(static_cast<int>(v));
-    }
-  }
+  std::deque<size_t> queue;
+  auto progress = [&](size_t v) {
+    if (can_progress[v]) return;
+    can_progress[v] = 1;
+    queue.push_back(v);
+  };
+  std::set<const WaitObject*> freed;
+  auto free_object = [&](const WaitObject* o) {
+    if (!freed.insert(o).second) return;
+    for (int t : o->waiters)
+      if (auto v = pos.of(t)) progress(*v);
+  };
+  for (size_t v = 0; v < n; ++v)
+    if (can_move_on(g, *waits[v], timed_is_live) && waits[v]->activity != Activity::Dead) progress(v);
   while (!queue.empty()) {
-    int r = queue.front();
+    const int r = pos.tids[queue.front()];
     queue.pop_front();
-    for (int t : dependents[static_cast<size_t>(r)])
-      if (!can_progress[static_cast<size_t>(t)]) {
-        can_progress[static_cast<size_t>(t)] = 1;
-        queue.push_back(t);
-      }
+    if (auto it = by_tid.find(r); it != by_tid.end())
+      for (const WaitObject* o : it->second) free_object(o);
+    // An entry stands for the live threads of its process outside `except`.
+    auto pid = g.tid_to_pid.find(r);
+    if (pid == g.tid_to_pid.end()) continue;
+    auto it = by_pid.find(pid->second);
+    auto live = g.live_threads.find(pid->second);
+    if (it == by_pid.end() || live == g.live_threads.end() ||
+        !std::binary_search(live->second.begin(), live->second.end(), r))
+      continue;
+    // Entries that stay are those `r` is excepted from: each waits for
+    // another thread, so the list shrinks by what is freed or by its waiters.
+    auto& entries = it->second;
+    size_t kept = 0;
+    for (auto& entry : entries) {
+      if (freed.count(entry.first)) continue;
+      if (std::binary_search(entry.second->except.begin(), entry.second->except.end(), r))
+        entries[kept++] = entry;
+      else
+        free_object(entry.first);
+    }
+    entries.resize(kept);
   }
   std::set<int> out;
   for (size_t v = 0; v < n; ++v)
     if ((waits[v]->activity == Activity::Blocked || waits[v]->activity == Activity::TimedWait) &&
         !can_progress[v])
-      out.insert(deps.tids[v]);
+      out.insert(pos.tids[v]);
   return out;
 }
 
 // Tarjan's strongly connected components of the dependency graph among
 // `nodes`, without recursion (a chain of thousands of threads is a deep
 // one): the components and their members in the order of the recursive form.
-std::vector<std::vector<int>> strongly_connected(const Dependencies& deps, const std::set<int>& nodes) {
-  const size_t n = deps.tids.size();
-  std::vector<char> member(n, 0);
-  for (size_t v = 0; v < n; ++v) member[v] = nodes.count(deps.tids[v]) ? 1 : 0;
-  std::vector<std::vector<int>> sccs;
-  std::vector<int> index(n, -1), low(n, 0);
-  std::vector<char> on_stack(n, 0);
-  std::vector<int> stack;
-  std::vector<std::pair<int, size_t>> work;  // (node, next edge): the recursion's frames
-  int counter = 0;
-  auto visit = [&](int v) {
-    index[static_cast<size_t>(v)] = low[static_cast<size_t>(v)] = counter++;
-    stack.push_back(v);
-    on_stack[static_cast<size_t>(v)] = 1;
-    work.emplace_back(v, 0);
-  };
-  for (size_t root = 0; root < n; ++root) {
-    if (!member[root] || index[root] >= 0) continue;
-    visit(static_cast<int>(root));
-    while (!work.empty()) {
-      const int u = work.back().first;
-      const size_t i = work.back().second;
-      const auto& out = deps.edges[static_cast<size_t>(u)];
-      if (i < out.size()) {
-        ++work.back().second;
-        const int w = out[i];
-        if (!member[static_cast<size_t>(w)]) continue;
-        if (index[static_cast<size_t>(w)] < 0)
-          visit(w);
-        else if (on_stack[static_cast<size_t>(w)])
-          low[static_cast<size_t>(u)] = std::min(low[static_cast<size_t>(u)], index[static_cast<size_t>(w)]);
-        continue;
-      }
-      if (low[static_cast<size_t>(u)] == index[static_cast<size_t>(u)]) {
-        std::vector<int> comp;
-        int w;
-        do {
-          w = stack.back();
-          stack.pop_back();
-          on_stack[static_cast<size_t>(w)] = 0;
-          comp.push_back(deps.tids[static_cast<size_t>(w)]);
-        } while (w != u);
-        sccs.push_back(std::move(comp));
-      }
-      work.pop_back();
-      if (!work.empty()) {
-        const size_t parent = static_cast<size_t>(work.back().first);
-        low[parent] = std::min(low[parent], low[static_cast<size_t>(u)]);
+//
+// The recursive form reads a node's dependencies in ascending order, visits
+// the unvisited ones and lowers the node's `low` by the index of those on
+// the stack. It is read here without listing them (a process's n parked
+// threads depend on each other n * n times): the next child is the lowest
+// unvisited dependency past the last one, found in the process's set of
+// unvisited threads; and the stacked ones that matter are those stacked
+// before the node (a later one has a higher index), which stay stacked
+// while it is, so their lowest index is asked once, as the node finishes.
+class Components {
+ public:
+  Components(const WaitGraph& g, const Positions& pos, const std::set<int>& nodes)
+      : g_(g),
+        pos_(pos),
+        n_(pos.tids.size()),
+        member_(n_, 0),
+        index_(n_, -1),
+        low_(n_, 0),
+        on_stack_(n_, 0),
+        pid_(n_, 0) {
+    for (size_t v = 0; v < n_; ++v) {
+      member_[v] = nodes.count(pos.tids[v]) ? 1 : 0;
+      auto it = g.tid_to_pid.find(pos.tids[v]);
+      pid_[v] = it == g.tid_to_pid.end() ? pos.tids[v] : it->second;
+    }
+    for (const auto& [pid, live] : g.live_threads)
+      for (int tid : live)
+        if (auto v = pos.of(tid); v && member_[*v]) unvisited_[pid].insert(unvisited_[pid].end(), *v);
+  }
+
+  std::vector<std::vector<int>> run() {
+    for (size_t root = 0; root < n_; ++root) {
+      if (!member_[root] || index_[root] >= 0) continue;
+      visit(root);
+      while (!work_.empty()) {
+        Frame& f = work_.back();
+        if (auto child = next_child(f)) {
+          visit(*child);
+          continue;
+        }
+        const size_t u = f.node;
+        low_[u] = std::min(low_[u], lowest_stacked_before(f));
+        for (const auto& e : f.entries) exhausted_.insert(e.rp);  // every thread it stands for is visited
+        if (low_[u] == index_[u]) pop_component(u);
+        work_.pop_back();
+        if (!work_.empty()) low_[work_.back().node] = std::min(low_[work_.back().node], low_[u]);
       }
     }
+    return std::move(sccs_);
   }
-  return sccs;
+
+ private:
+  struct Entry {
+    const ReleaserProcess* rp = nullptr;
+    std::optional<size_t> hint;  // the lowest candidate found so far: nothing lower past `after` is one
+    bool done = false;
+  };
+  struct Named {
+    const int *begin = nullptr, *at = nullptr, *end = nullptr;  // ascending; `at`: the next to read
+  };
+  struct Frame {
+    size_t node = 0;
+    std::optional<size_t> after;  // the last dependency read
+    std::vector<Named> named;     // the objects' `releasers`
+    std::vector<Entry> entries;
+  };
+
+  void visit(size_t v) {
+    index_[v] = low_[v] = counter_++;
+    stack_.push_back(v);
+    on_stack_[v] = 1;
+    unvisited_[pid_[v]].erase(v);
+    stacked_[pid_[v]].insert({index_[v], v});
+    Frame f;
+    f.node = v;
+    if (auto w = g_.threads.find(pos_.tids[v]); w != g_.threads.end())
+      for (const auto& id : w->second.objects) {
+        const WaitObject& o = g_.objects.at(id);
+        const int* begin = o.releasers.data();
+        if (!o.releasers.empty()) f.named.push_back({begin, begin, begin + o.releasers.size()});
+        for (const auto& rp : o.releaser_processes) f.entries.push_back({&rp, std::nullopt, false});
+      }
+    work_.push_back(std::move(f));
+  }
+
+  bool excepted(const Entry& e, size_t v, size_t u) const {
+    return v == u || std::binary_search(e.rp->except.begin(), e.rp->except.end(), pos_.tids[v]);
+  }
+
+  // The lowest member dependency of f's node past f.after that is not
+  // visited yet; becomes f.after.
+  std::optional<size_t> next_child(Frame& f) {
+    std::optional<size_t> best;
+    auto consider = [&](size_t v) {
+      if (!best || v < *best) best = v;
+    };
+    for (auto& named : f.named) {
+      for (; named.at != named.end; ++named.at) {
+        auto v = pos_.of(*named.at);
+        if (!v || (f.after && *v <= *f.after)) continue;
+        if (*v == f.node || !member_[*v] || index_[*v] >= 0) continue;
+        break;
+      }
+      if (named.at != named.end) consider(*pos_.of(*named.at));
+    }
+    for (auto& e : f.entries) {
+      if (e.done || exhausted_.count(e.rp)) continue;
+      if (e.hint && index_[*e.hint] < 0) {
+        consider(*e.hint);
+        continue;
+      }
+      const std::set<size_t>& unvisited = unvisited_[e.rp->pid];
+      auto it = e.hint ? unvisited.upper_bound(*e.hint)
+                       : (f.after ? unvisited.upper_bound(*f.after) : unvisited.begin());
+      while (it != unvisited.end() && excepted(e, *it, f.node)) ++it;
+      if (it == unvisited.end()) {
+        e.done = true;
+        continue;
+      }
+      e.hint = *it;
+      consider(*it);
+    }
+    if (best) f.after = best;
+    return best;
+  }
+
+  // The lowest index among f's node's dependencies on the stack below it.
+  int lowest_stacked_before(const Frame& f) const {
+    const size_t u = f.node;
+    int lowest = index_[u];
+    for (const auto& named : f.named)
+      for (const int* at = named.begin; at != named.end; ++at)
+        if (auto v = pos_.of(*at); v && on_stack_[*v]) lowest = std::min(lowest, index_[*v]);
+    for (const auto& e : f.entries) {
+      auto it = stacked_.find(e.rp->pid);
+      if (it == stacked_.end()) continue;
+      for (const auto& [index, v] : it->second) {
+        if (index >= lowest) break;
+        if (!excepted(e, v, u)) {
+          lowest = index;
+          break;
+        }
+      }
+    }
+    return lowest;
+  }
+
+  void pop_component(size_t u) {
+    std::vector<int> comp;
+    size_t w;
+    do {
+      w = stack_.back();
+      stack_.pop_back();
+      on_stack_[w] = 0;
+      stacked_[pid_[w]].erase({index_[w], w});
+      comp.push_back(pos_.tids[w]);
+    } while (w != u);
+    sccs_.push_back(std::move(comp));
+  }
+
+  const WaitGraph& g_;
+  const Positions& pos_;
+  const size_t n_;
+  std::vector<char> member_;
+  std::vector<int> index_, low_;
+  std::vector<char> on_stack_;
+  std::vector<int> pid_;
+  std::map<int, std::set<size_t>> unvisited_;  // pid -> its live member threads not visited
+  std::map<int, std::set<std::pair<int, size_t>>>
+      stacked_;  // pid -> (index, node) of its threads on the stack
+  std::set<const ReleaserProcess*> exhausted_;
+  std::vector<size_t> stack_;
+  std::vector<Frame> work_;  // the recursion's frames
+  std::vector<std::vector<int>> sccs_;
+  int counter_ = 0;
+};
+
+std::vector<std::vector<int>> strongly_connected(const WaitGraph& g, const Positions& pos,
+                                                 const std::set<int>& nodes) {
+  return Components(g, pos, nodes).run();
 }
 
 // BFS within `members` from start back to start; returns the hops of the
@@ -161,27 +313,26 @@ WaitPath shortest_cycle(const RuleContext& ctx, int start, const std::set<int>& 
   std::map<int, Hop> parent;
   std::deque<int> q{start};
   std::optional<Hop> closing;
-  std::set<int> visited{start};
+  ReleaserWalk walk(ctx.graph, [&](int tid) { return members.count(tid) > 0; });
+  walk.mark(start);
   while (!q.empty() && !closing) {
     int t = q.front();
     q.pop_front();
-    std::vector<Hop> next;
-    for (const auto& id : ctx.wait_of(t)->objects)
-      for (int r : ctx.object(id).releasers)
-        if (members.count(r)) next.push_back({r, id});
-    std::stable_sort(next.begin(), next.end(), [&](const Hop& a, const Hop& b) {
-      return (ctx.pid_of(a.tid) != ctx.pid_of(t)) > (ctx.pid_of(b.tid) != ctx.pid_of(t));
-    });
-    for (auto& [r, id] : next) {
-      if (r == start) {
+    const auto& objects = ctx.wait_of(t)->objects;
+    for (const auto& id : objects)
+      if (is_releaser(ctx.graph, ctx.object(id), start)) {
         closing = Hop{t, id};
         break;
       }
-      if (visited.insert(r).second) {
-        parent[r] = {t, id};
-        q.push_back(r);
-      }
-    }
+    if (closing) break;
+    const int own = ctx.pid_of(t);
+    for (bool other : {true, false})
+      for (const auto& id : objects)
+        for (int r : walk.expand(ctx.object(id), [&](int pid) { return (pid != own) == other; })) {
+          parent[r] = {t, id};
+          q.push_back(r);
+        }
+    for (const auto& id : objects) walk.expand(ctx.object(id));  // all reached now: not expanded again
   }
   WaitPath hops;
   if (!closing) return hops;
@@ -218,10 +369,10 @@ bool is_deadlock_cycle(const RuleContext& ctx, const std::vector<int>& comp) {
 
 Knot find_knot(const WaitGraph& graph) {
   Knot k;
-  const Dependencies deps = dependencies(graph);
-  k.strict = deadlocked(graph, deps, true);
-  k.lenient = deadlocked(graph, deps, false);
-  k.sccs = strongly_connected(deps, k.lenient);
+  const Positions pos = positions(graph);
+  k.strict = deadlocked(graph, pos, true);
+  k.lenient = deadlocked(graph, pos, false);
+  k.sccs = strongly_connected(graph, pos, k.lenient);
   return k;
 }
 

@@ -47,11 +47,14 @@ void add_holder_chain(const RuleContext& ctx, Finding& f, int holder, const std:
     const WaitObject& o = ctx.object(w->objects.front());
     f.chain.push_back({label, "waits on", o.label});
     for (const auto& note : o.notes) f.chain.push_back({o.label, "note", note});
-    if (o.releasers.empty()) return;
-    int next = o.releasers.front();
-    for (int r : o.releasers)
-      if (!seen.count(r)) {
-        next = r;
+    // The lowest releaser not met yet (at most kChainHops are), else the lowest.
+    ReleaserCursor releasers(ctx.graph, {&o});
+    std::optional<int> first = releasers.next();
+    if (!first) return;
+    int next = *first;
+    for (std::optional<int> r = first; r; r = releasers.next())
+      if (!seen.count(*r)) {
+        next = *r;
         break;
       }
     f.chain.push_back({o.label, "can be released by", ctx.releaser_label(o, next)});

@@ -88,8 +88,8 @@ std::vector<Finding> io_stuck_findings(const RuleContext& ctx) {
     // Who serves it, and what that one waits on in turn.
     int server_tid = 0;
     for (int pid : fs.server_pids)
-      if (std::find(o.releasers.begin(), o.releasers.end(), pid) != o.releasers.end()) server_tid = pid;
-    if (!server_tid && !o.releasers.empty()) server_tid = o.releasers.front();
+      if (is_releaser(ctx.graph, o, pid)) server_tid = pid;
+    if (!server_tid) server_tid = first_releaser(ctx.graph, o).value_or(0);
     if (server_tid) {
       f.chain.push_back({o.label, "can be released by", ctx.releaser_label(o, server_tid)});
       for (auto& step : ctx.chain_from(server_tid)) f.chain.push_back(std::move(step));

@@ -46,11 +46,43 @@ void add_unreleasable_objects(const RuleContext& ctx, Groups& groups) {
     if (!job_waits || !waiters_stuck) continue;
     // A thread waiting on a mutex it owns itself is a cycle of one (deadlock.cpp).
     if (o.owner_tid && std::count(o.waiters.begin(), o.waiters.end(), *o.owner_tid)) continue;
-    bool no_releaser = o.releasers.empty();
+    bool no_releaser = releaser_count(o) == 0;
     bool self_only = o.only_self_holders && o.kind != ObjectKind::Futex;
     if (!no_releaser && !self_only) continue;
     groups[is_private_futex(o) ? private_lock_key(o) : id].ids.push_back(id);
   }
+}
+
+// Every thread that could release what `comp` (threads of `pid` alone)
+// waits on is one of `comp`. By object, not by dependency: a process's
+// parked threads all release each other's private futexes, so a component
+// of n threads has n * n of those.
+bool releasers_within(const RuleContext& ctx, const std::vector<int>& comp, const std::set<int>& members,
+                      int pid) {
+  auto live = ctx.graph.live_threads.find(pid);
+  size_t outside = 0;  // live threads of pid that are not members
+  if (live != ctx.graph.live_threads.end())
+    for (int t : live->second) outside += members.count(t) ? 0 : 1;
+  std::set<const WaitObject*> seen;
+  for (int t : comp) {
+    const ThreadWait* w = ctx.wait_of(t);
+    if (!w) continue;
+    for (const auto& id : w->objects) {
+      const WaitObject& o = ctx.object(id);
+      if (!seen.insert(&o).second) continue;
+      for (int r : o.releasers)
+        if (!members.count(r)) return false;
+      for (const auto& rp : o.releaser_processes) {
+        // Another process's threads are never members; pid's threads
+        // outside the component must all be excepted.
+        if (rp.pid != pid) return false;
+        size_t excepted_outside = 0;
+        for (int x : rp.except) excepted_outside += members.count(x) ? 0 : 1;
+        if (excepted_outside != outside) return false;
+      }
+    }
+  }
+  return true;
 }
 
 // A process whose threads only wait on each other (every thread that could
@@ -61,13 +93,9 @@ void add_locks_of_closed_processes(const RuleContext& ctx, Groups& groups) {
     std::set<int> pids;
     for (int t : comp) pids.insert(ctx.pid_of(t));
     if (pids.size() != 1 || comp.size() < 2) continue;
-    // A set: a process's parked threads all release each other's private
-    // futexes, so a component of n threads has n * n dependencies.
     const std::set<int> members(comp.begin(), comp.end());
-    bool sink = true;
-    for (size_t i = 0; sink && i < comp.size(); ++i)
-      for (int r : ctx.graph.depends_on(comp[i])) sink = sink && members.count(r);
     int pid = *pids.begin();
+    bool sink = releasers_within(ctx, comp, members, pid);
     if (!sink || !members.count(pid)) continue;
     // A pool waiting on itself is that finding's (pool.cpp), with its advice.
     bool pool = std::any_of(ctx.findings.begin(), ctx.findings.end(), [&](const Finding& f) {
@@ -96,6 +124,31 @@ bool lock_came_across_fork(const RuleContext& ctx, const WaitObject& lock, int w
     if (it != ctx.graph.tid_to_pid.end()) return it->second != waiter_pid;
   }
   return ctx.is_fork_child(waiter_pid);
+}
+
+// Certain when the waiters and every thread that could release what they
+// wait on are stuck for good. A process entry holds when each of its
+// process's live threads that can still move on is one it excepts.
+Confidence waiters_and_releasers_stuck(const RuleContext& ctx, const std::vector<int>& waiters,
+                                       const std::vector<std::string>& ids) {
+  if (ctx.confidence_for(waiters) != Confidence::Certain) return Confidence::Probable;
+  std::map<int, std::vector<int>> moving;  // pid -> its live threads not stuck
+  auto moving_of = [&](int pid) -> const std::vector<int>& {
+    auto [it, inserted] = moving.try_emplace(pid);
+    auto live = ctx.graph.live_threads.find(pid);
+    if (inserted && live != ctx.graph.live_threads.end())
+      for (int t : live->second)
+        if (!ctx.stuck(t)) it->second.push_back(t);
+    return it->second;
+  };
+  for (const auto& id : ids) {
+    const WaitObject& o = ctx.object(id);
+    if (ctx.confidence_for(o.releasers) != Confidence::Certain) return Confidence::Probable;
+    for (const auto& rp : o.releaser_processes)
+      for (int t : moving_of(rp.pid))
+        if (!std::binary_search(rp.except.begin(), rp.except.end(), t)) return Confidence::Probable;
+  }
+  return Confidence::Certain;
 }
 
 void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject& lock,
@@ -220,10 +273,7 @@ std::vector<Finding> terminal_findings(const RuleContext& ctx) {
     for (int t : g.knot_tids) add_unique(f.tids, t);  // every stuck thread of a closed process
     // Certain when every thread that could release it is itself in a wait
     // with no timeout inside the same closed set (strict knot).
-    std::vector<int> involved = waiters;
-    for (const auto& id : ids)
-      for (int r : ctx.object(id).releasers) add_unique(involved, r);
-    f.confidence = ctx.confidence_for(involved);
+    f.confidence = waiters_and_releasers_stuck(ctx, waiters, ids);
     std::string who = waiters.size() == 1 ? ctx.thread_label(waiters[0])
                                           : fmt::format("{} threads ({})", waiters.size(),
                                                         ctx.thread_label(waiters[0]) + ", ...");
