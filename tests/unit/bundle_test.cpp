@@ -206,7 +206,9 @@ TEST(Bundle, PruneKeepsTheNewestAndLeavesForeignDirectories) {
   EXPECT_TRUE(fs::exists(dir.path / "not-a-bundle"));
   EXPECT_TRUE(fs::is_symlink(dir.path / "link"));
   EXPECT_TRUE(fs::exists(elsewhere / "meta.json"));
-  if (root) EXPECT_TRUE(fs::exists(foreign / "meta.json"));
+  if (root) {
+    EXPECT_TRUE(fs::exists(foreign / "meta.json"));
+  }
   fs::remove_all(elsewhere);
 }
 

@@ -360,9 +360,8 @@ TEST(WaitTotals, WaitsInsideAGpuHostWaitAreMarkedWhicheverRecordComesFirst) {
   LiveObservation o = a.finish(kStart, kStart + kWindow, 4, 0);
   ASSERT_EQ(o.wait_totals[100].size(), 3u);
   for (const WaitTotal& w : o.wait_totals[100]) {
-    if (w.object == 0x9000) EXPECT_EQ(w.in_gpu_ns, 0u);
-    if (w.object == 0x7000) EXPECT_EQ(w.in_gpu_ns, 400'000'000ull);
-    if (w.object == 0x7004) EXPECT_EQ(w.in_gpu_ns, 25'000'000ull);
+    const uint64_t expected = w.object == 0x7000 ? 400'000'000ull : w.object == 0x7004 ? 25'000'000ull : 0u;
+    EXPECT_EQ(w.in_gpu_ns, expected) << std::hex << w.object;
   }
   ASSERT_EQ(o.gpu_host_waits.count(100), 1u);
   EXPECT_EQ(o.gpu_host_waits[100].calls, 1u);
