@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "hangtrace/python_debug_offsets.h"
 #include "procmem.h"
 
 namespace hangtrace::python {
@@ -131,49 +132,7 @@ std::optional<PyOffsets> offsets_for(int major, int minor) {
 
 namespace {
 
-// The head of _PyRuntime from 3.13 on: the offsets out-of-process tools need,
-// written by the interpreter itself. This is the 3.13 layout (gdb: `ptype /o
-// struct _Py_DebugOffsets` on 3.13.0); later versions insert fields, so the
-// table is used only when its `version` says 3.13.
-struct DebugOffsets313 {
-  char cookie[8];
-  uint64_t version;
-  uint64_t free_threaded;
-  struct {
-    uint64_t size, finalizing, interpreters_head;
-  } runtime_state;
-  struct {
-    uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins, ceval_gil,
-        gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked, gil_runtime_state_holder;
-  } interpreter_state;
-  struct {
-    uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id, datastack_chunk, status;
-  } thread_state;
-  struct {
-    uint64_t size, previous, executable, instr_ptr, localsplus, owner;
-  } interpreter_frame;
-  struct {
-    uint64_t size, filename, name, qualname, linetable, firstlineno, argcount, localsplusnames,
-        localspluskinds, co_code_adaptive;
-  } code_object;
-  struct {
-    uint64_t size, ob_type;
-  } pyobject;
-  struct {
-    uint64_t size, tp_name, tp_repr, tp_flags;
-  } type_object;
-  uint64_t tuple_list_dict_float_long[14];
-  struct {
-    uint64_t size, ob_size, ob_sval;
-  } bytes_object;
-  struct {
-    uint64_t size, state, length, asciiobject_size;
-  } unicode_object;
-  struct {
-    uint64_t size, collecting;
-  } gc;
-};
-static_assert(sizeof(DebugOffsets313) == 584);
+using hangtrace::DebugOffsets313;
 
 // FRAME_OWNED_BY_CSTACK is not in the debug offsets; 3.13.0 (gdb: `p
 // (int)FRAME_OWNED_BY_CSTACK`) has the 3.12 value.
