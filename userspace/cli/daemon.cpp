@@ -17,6 +17,7 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/bundle.h"
+#include "hangtrace/text.h"
 #include "task_iter.h"
 
 namespace hangtrace::cli {
@@ -50,7 +51,10 @@ double Daemon::mono_to_unix_offset_s() const {
 }
 
 void Daemon::log(int level, const std::string& line) const {
-  if (options_.verbosity >= level) std::fprintf(stderr, "hangtrace daemon: %s\n", line.c_str());
+  // Lines carry a job's comm, command line and file names, raw from the
+  // target: escaped, a line cannot move the cursor or forge another line.
+  if (options_.verbosity >= level)
+    std::fprintf(stderr, "hangtrace daemon: %s\n", terminal_escape(line).c_str());
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
@@ -190,7 +194,7 @@ int Daemon::run(const std::atomic<bool>& stop, std::atomic<bool>* profile) {
     if (now - last_metrics_ns_ >= 1'000'000'000ull) update_metrics(now);
   }
   nvml_->stop();
-  std::fprintf(stderr, "hangtrace daemon: stopping; %zu job(s) were tracked\n", jobs_.size());
+  log(0, fmt::format("stopping; {} job(s) were tracked", jobs_.size()));
   return 0;
 }
 

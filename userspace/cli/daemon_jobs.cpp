@@ -71,8 +71,7 @@ void Daemon::pick_up(int root, const std::vector<daemon::ProcessEntry>& processe
   add_process(j, root, false);
   for (int pid : daemon::descendants_of(root, processes)) add_process(j, pid, false);
   report_gpu_hook_errors();
-  std::fprintf(stderr, "hangtrace daemon: tracking job %d (%s): %s; %zu process(es)\n", root, j.comm.c_str(),
-               j.matched_by.c_str(), j.pids.size());
+  log(0, fmt::format("tracking job {} ({}): {}; {} process(es)", root, j.comm, j.matched_by, j.pids.size()));
 }
 
 void Daemon::end_job(int root, const std::string& why) {
@@ -82,7 +81,7 @@ void Daemon::end_job(int root, const std::string& why) {
   write_due_incidents(job, ~0ull);  // every pending one, now
   for (int pid : std::vector<int>(job.pids.begin(), job.pids.end())) drop_process(pid);
   ended_jobs_.insert({root, job.start_ticks});
-  std::fprintf(stderr, "hangtrace daemon: job %d (%s) ended: %s\n", root, job.comm.c_str(), why.c_str());
+  log(0, fmt::format("job {} ({}) ended: {}", root, job.comm, why));
   jobs_.erase(root);
 }
 
@@ -95,8 +94,9 @@ void Daemon::report_gpu_hook_errors() {
         !reported_hook_errors_.insert(h.attach).second)
       continue;
     bool denied = h.reason.find("Permission denied") != std::string::npos && !has_capability(CAP_SYS_ADMIN);
-    std::fprintf(stderr, "hangtrace daemon: warning: %s: %s%s\n", h.attach.c_str(), h.reason.c_str(),
-                 denied ? " (this kernel allows uprobes only with CAP_SYS_ADMIN: see docs/deploy.md)" : "");
+    log(0, fmt::format(
+               "warning: {}: {}{}", h.attach, h.reason,
+               denied ? " (this kernel allows uprobes only with CAP_SYS_ADMIN: see docs/deploy.md)" : ""));
   }
 }
 

@@ -27,7 +27,7 @@ void Daemon::start_profile(uint64_t now) {
     return;
   }
   if (jobs_.empty()) {
-    std::fprintf(stderr, "hangtrace daemon: profile requested, but no job is tracked: nothing to profile\n");
+    log(0, "profile requested, but no job is tracked: nothing to profile");
     return;
   }
   profile_ = std::make_unique<ProfileWindow>();
@@ -51,8 +51,8 @@ void Daemon::start_profile(uint64_t now) {
   profile_->last_times_ns = now_ns();
   read_thread_times(proc_, profile_->tgids, profile_->last_times_ns, true, profile_->thread_times,
                     profile_->first_schedstat);
-  std::fprintf(stderr, "hangtrace daemon: profiling %zu job(s) (%zu processes) for %.0f s\n", jobs_.size(),
-               profile_->tgids.size(), options_.profile_seconds);
+  log(0, fmt::format("profiling {} job(s) ({} processes) for {:.0f} s", jobs_.size(), profile_->tgids.size(),
+                     options_.profile_seconds));
 }
 
 void Daemon::profile_record(const void* data, size_t size) {
@@ -125,8 +125,7 @@ void Daemon::finish_profile(uint64_t now) {
         fmt::format("on-demand profile of {:.1f} s", static_cast<double>(end - p->start_ns) / 1e9), &o);
     ++written;
   }
-  if (!written)
-    std::fprintf(stderr, "hangtrace daemon: profile done, but no profiled job is still running\n");
+  if (!written) log(0, "profile done, but no profiled job is still running");
 }
 
 }  // namespace hangtrace::cli

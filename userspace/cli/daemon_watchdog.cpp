@@ -53,8 +53,7 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
   if (!moved.empty()) {
     log(2, fmt::format("job {}: progress ({})", job.root, moved));
     if (job.hung) {
-      std::fprintf(stderr, "hangtrace daemon: job %d (%s) makes progress again (%s)\n", job.root,
-                   job.comm.c_str(), moved.c_str());
+      log(0, fmt::format("job {} ({}) makes progress again ({})", job.root, job.comm, moved));
       job.hung = false;
     }
     return;
@@ -62,8 +61,8 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
   if (job.hung || !job.watch->hung(now)) return;
   job.hung = true;
   double stuck_s = static_cast<double>(now - job.watch->last_progress_ns()) / 1e9;
-  std::fprintf(stderr, "hangtrace daemon: job %d (%s) made no progress for %.0f s: capturing a bundle\n",
-               job.root, job.comm.c_str(), stuck_s);
+  log(0, fmt::format("job {} ({}) made no progress for {:.0f} s: capturing a bundle", job.root, job.comm,
+                     stuck_s));
   write_bundle_for(
       job, "hang", now,
       fmt::format("no progress for {:.0f} s (last: {})", stuck_s, job.watch->last_progress_signal()));
@@ -86,8 +85,8 @@ void Daemon::write_due_incidents(Job& job, uint64_t now) {
                          inc.trigger, inc.pid));
       continue;
     }
-    std::fprintf(stderr, "hangtrace daemon: job %d: %s of process %d (%s): capturing a bundle\n", job.root,
-                 inc.trigger.c_str(), inc.pid, inc.comm.c_str());
+    log(0, fmt::format("job {}: {} of process {} ({}): capturing a bundle", job.root, inc.trigger, inc.pid,
+                       inc.comm));
     write_bundle_for(job, inc.trigger, inc.ts_ns,
                      fmt::format("{} of process {} ({})", inc.trigger, inc.pid, inc.comm));
   }
@@ -155,8 +154,7 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
   if (trigger == "hang")
     if (auto cause = bundled_before(job, trigger)) {
       // Its diagnosis is in that bundle; the metrics show the hang again.
-      std::fprintf(stderr, "hangtrace daemon: job %d: this hang was bundled before (a previous daemon run)\n",
-                   job.root);
+      log(0, fmt::format("job {}: this hang was bundled before (a previous daemon run)", job.root));
       job.hang_cause = *cause;
       return;
     }
@@ -211,13 +209,13 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
       write_bundle(options_.bundle_dir, bundle_dir_name(meta), render_bundle(s, d, &live, meta, recorder));
   if (!path) {
     metrics_->bundle_failed();
-    std::fprintf(stderr, "hangtrace daemon: %s\n", path.error().c_str());
+    log(0, path.error());
     return;
   }
   metrics_->bundle_written(trigger);
   job.last_bundle_ns = now_ns();
-  std::fprintf(stderr, "hangtrace daemon: bundle written: %s (%s, %s: %s)\n", path->c_str(), trigger.c_str(),
-               meta.cause.c_str(), d.verdict.summary.c_str());
+  log(0,
+      fmt::format("bundle written: {} ({}, {}: {})", path->c_str(), trigger, meta.cause, d.verdict.summary));
   if (auto pruned = prune_bundles(options_.bundle_dir, options_.keep_bundles); pruned && *pruned)
     log(1, fmt::format("removed {} old bundle(s) (--keep {})", *pruned, options_.keep_bundles));
 }
