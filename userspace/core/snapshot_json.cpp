@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+#include <stdexcept>
 #include <type_traits>
 
 namespace hangtrace {
@@ -29,6 +31,41 @@ json user_frame_to_json(const UserFrame& f) {
   return j;
 }
 
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
+
+// A value of a file someone else may have written. nlohmann casts a float to
+// an integer type unchecked (undefined behaviour out of range: UBSan, the
+// bundle fuzzer); a float is taken only where it fits.
+template <class T>
+T as(const json& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!(d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+            d < static_cast<double>(std::numeric_limits<T>::max()) + 1.0))
+        throw std::out_of_range(fmt::format("{} does not fit the integer it stands for", d));
+      return static_cast<T>(d);
+    }
+    return v.get<T>();
+  } else if constexpr (is_vector<T>::value) {
+    if (!v.is_array()) return v.get<T>();  // nlohmann's type error
+    T out;
+    for (const auto& e : v) out.push_back(as<typename T::value_type>(e));
+    return out;
+  } else {
+    return v.get<T>();
+  }
+}
+
+template <class T>
+T value_or(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : as<T>(*it);
+}
+
 UserFrame user_frame_from_json(const json& j, UserFrame::Kind default_kind) {
   UserFrame f;
   f.kind = default_kind;
@@ -38,7 +75,7 @@ UserFrame user_frame_from_json(const json& j, UserFrame::Kind default_kind) {
     if (auto it = j.find(key); it != j.end() && it->is_string()) out = it->get<std::string>();
   };
   auto num = [&](const char* key, auto& out) {
-    if (auto it = j.find(key); it != j.end() && it->is_number()) out = it->get<std::decay_t<decltype(out)>>();
+    if (auto it = j.find(key); it != j.end() && it->is_number()) out = as<std::decay_t<decltype(out)>>(*it);
   };
   str("function", f.function);
   str("file", f.file);
@@ -116,18 +153,18 @@ json opt(const std::optional<T>& v) {
 
 template <class T>
 void get_opt(const json& j, const char* key, std::optional<T>& out) {
-  if (j.contains(key) && !j.at(key).is_null()) out = j.at(key).get<T>();
+  if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
 }
 
 template <class T>
 void get_if(const json& j, const char* key, T& out) {
-  if (j.contains(key) && !j.at(key).is_null()) out = j.at(key).get<T>();
+  if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
 }
 
 // "dev": [major, minor] of a mapping or a mount.
 void get_device(const json& j, uint32_t& major, uint32_t& minor) {
   if (!j.contains("dev")) return;
-  auto dev = j.at("dev").get<std::vector<uint32_t>>();
+  auto dev = as<std::vector<uint32_t>>(j.at("dev"));
   if (dev.size() == 2) major = dev[0], minor = dev[1];
 }
 
@@ -325,14 +362,14 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     // Absent in snapshots written before the clock pair was recorded.
     get_if(j, "sampled_at_unix", s.sampled_at_unix);
     get_if(j, "sampled_at_monotonic_ns", s.sampled_at_monotonic_ns);
-    s.target_pid = j.at("target_pid").get<int>();
+    s.target_pid = as<int>(j.at("target_pid"));
     get_if(j, "given_pids", s.given_pids);
     get_if(j, "root_parent", s.root_parent);
     get_if(j, "local_addresses", s.local_addresses);
     get_if(j, "limitations", s.limitations);
     for (const auto& jp : j.at("processes")) {
       ProcessInfo p;
-      p.pid = jp.at("pid").get<int>();
+      p.pid = as<int>(jp.at("pid"));
       get_if(jp, "ppid", p.ppid);
       get_if(jp, "comm", p.comm);
       get_if(jp, "cmdline", p.cmdline);
@@ -368,14 +405,14 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       }
       for (const auto& jt : jp.value("threads", json::array())) {
         ThreadInfo t;
-        t.tid = jt.at("tid").get<int>();
+        t.tid = as<int>(jt.at("tid"));
         get_if(jt, "comm", t.comm);
         t.state = state_char(jt, "state");
         if (jt.contains("syscall")) {
           const json& sc = jt.at("syscall");
           t.syscall.mode = mode_from(sc.value("mode", std::string()));
           get_if(sc, "nr", t.syscall.nr);
-          auto args = sc.value("args", std::vector<uint64_t>{});
+          auto args = value_or(sc, "args", std::vector<uint64_t>{});
           for (size_t i = 0; i < 6 && i < args.size(); ++i) t.syscall.args[i] = args[i];
           get_if(sc, "sp", t.syscall.sp);
           get_if(sc, "pc", t.syscall.pc);
@@ -393,11 +430,11 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         get_if(jt, "tracer_comm", t.tracer_comm);
         get_if(jt, "involuntary_switches", t.involuntary_switches);
         if (jt.contains("cpu_ns")) {
-          auto v = jt.at("cpu_ns").get<std::vector<uint64_t>>();
+          auto v = as<std::vector<uint64_t>>(jt.at("cpu_ns"));
           if (v.size() == 2) t.cpu_ns_start = v[0], t.cpu_ns_end = v[1];
         }
         if (jt.contains("io_bytes")) {
-          auto v = jt.at("io_bytes").get<std::vector<uint64_t>>();
+          auto v = as<std::vector<uint64_t>>(jt.at("io_bytes"));
           if (v.size() == 2) t.io_bytes_start = v[0], t.io_bytes_end = v[1];
         }
         get_if(jt, "progress_sampled", t.progress_sampled);
@@ -416,7 +453,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           get_if(k, "user_bp", v.user_bp);
           get_if(k, "stack_error", v.stack_error);
           for (const auto& f : k.value("stack", json::array()))
-            v.stack.push_back({f.at("addr").get<uint64_t>(), f.value("symbol", std::string())});
+            v.stack.push_back({as<uint64_t>(f.at("addr")), f.value("symbol", std::string())});
           t.kernel = v;
         }
         for (const auto& jf : jt.value("python_stack", json::array())) {
@@ -432,7 +469,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       }
       for (const auto& jf : jp.value("fds", json::array())) {
         FdEntry f;
-        f.fd = jf.at("fd").get<int>();
+        f.fd = as<int>(jf.at("fd"));
         get_if(jf, "link", f.link);
         f.kind = fd_kind_from(jf.value("kind", std::string()));
         get_if(jf, "inode", f.inode);
@@ -440,7 +477,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         get_if(jf, "pos", f.pos);
         get_opt(jf, "eventfd_id", f.eventfd_id);
         for (const auto& e : jf.value("epoll", json::array()))
-          f.epoll.push_back({e.at("fd").get<int>(), e.value("events", 0u), e.value("inode", uint64_t{0})});
+          f.epoll.push_back(
+              {as<int>(e.at("fd")), value_or(e, "events", 0u), value_or(e, "inode", uint64_t{0})});
         get_if(jf, "ready_events", f.ready_events);
         get_if(jf, "queued_bytes", f.queued_bytes);
         get_if(jf, "mnt_id", f.mnt_id);
@@ -462,8 +500,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       }
       for (const auto& jm : jp.value("maps", json::array())) {
         Mapping m;
-        m.start = jm.at("start").get<uint64_t>();
-        m.end = jm.at("end").get<uint64_t>();
+        m.start = as<uint64_t>(jm.at("start"));
+        m.end = as<uint64_t>(jm.at("end"));
         get_if(jm, "offset", m.offset);
         get_if(jm, "perms", m.perms);
         get_device(jm, m.dev_major, m.dev_minor);
@@ -475,7 +513,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     }
     for (const auto& jk : j.value("sockets", json::array())) {
       SocketInfo k;
-      k.inode = jk.at("inode").get<uint64_t>();
+      k.inode = as<uint64_t>(jk.at("inode"));
       get_if(jk, "netns", k.netns);
       get_if(jk, "family", k.family);
       get_if(jk, "state", k.state);
@@ -506,6 +544,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     if (!s.process(s.target_pid)) return make_error("the snapshot does not contain its target process");
     return s;
   } catch (const json::exception& e) {
+    return make_error(fmt::format("malformed snapshot: {}", e.what()));
+  } catch (const std::out_of_range& e) {
     return make_error(fmt::format("malformed snapshot: {}", e.what()));
   }
 }
