@@ -228,8 +228,12 @@ class HostileTarget(ScenarioTestCase):
         daemon = Daemon(bundles, "--match", TAG, "--scan-every", "0.2", "--hang-after", 600,
                         "--profile-seconds", 1)
         self._workloads.append(daemon)
-        for pid in pids:
-            daemon.wait_for_job(pid, timeout=120)
+        # In any order: the daemon finds jobs in pid order, and pids wrap.
+        def untracked():
+            lines = list(daemon.lines)
+            return [p for p in pids if not any(l.startswith("hangtrace daemon: tracking job %d " % p) for l in lines)]
+        wait_for(lambda: not untracked(), timeout=180,
+                 what="the daemon tracking every job (left: %s)\n%s" % (untracked(), daemon.stderr_tail()))
         self.assertIn("hangtrace_tracked", daemon.metrics())
         os.kill(daemon.proc.pid, signal.SIGUSR1)
         written = [daemon.wait_for_bundle(timeout=180) for _ in pids]
