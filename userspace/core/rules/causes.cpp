@@ -34,15 +34,13 @@ std::set<int> reached_by(const RuleContext& ctx, const Finding& f) {
     }
   std::set<int> reached(f.waits_for_tids.begin(), f.waits_for_tids.end());
   // The finding's own threads are marked reached from the start: meets()
-  // never counts them. Every object is expanded once.
-  std::set<std::string> expanded;
+  // never counts them. The walk expands each object once.
   while (!queue.empty()) {
     const int t = queue.front();
     queue.pop_front();
     const ThreadWait* w = ctx.wait_of(t);
     if (!w) continue;
     for (const auto& id : w->objects) {
-      if (!expanded.insert(id).second) continue;
       for (int r : walk.expand(ctx.object(id))) {
         reached.insert(r);
         queue.push_back(r);
