@@ -26,45 +26,51 @@ enum class Severity { Info, Warning, Critical };
 const char* severity_name(Severity s);
 
 // X(enumerator, name, default severity, priority, doc line)
-#define HANGTRACE_FINDING_KINDS(X)                                                                          \
-  X(Stopped, "stopped", Critical, 2,                                                                        \
-    "a process of the job stopped by a signal or held in a ptrace stop (warning for a few threads alone)")  \
-  X(ProcessKilled, "process-killed", Critical, 3,                                                           \
-    "(live) a process of the job died of a signal or the OOM killer")                                       \
-  X(CollectiveWait, "collective-wait", Critical, 4,                                                         \
-    "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")     \
-  X(IoStuck, "io-stuck", Critical, 5,                                                                       \
-    "a read or write stuck inside a filesystem (hung FUSE/NFS/Lustre mount, dead disk) past --stall-after") \
-  X(GpuWait, "gpu-wait", Warning, 6,                                                                        \
-    "a host thread in a CUDA synchronize or synchronous copy for a long time (critical when very long)")    \
-  X(GilHeld, "gil-held", Critical, 5,                                                                       \
-    "a thread blocked while holding its process's GIL, other Python threads waiting (warning while short)") \
-  X(ShmExhausted, "shm-exhausted", Critical, 8, "the target's /dev/shm is (nearly) full")                   \
-  X(PoolSelfWait, "pool-self-wait", Critical, 9,                                                            \
-    "every thread of a thread pool runs a task that waits for a result only the same pool can produce")     \
-  X(OrphanedLock, "orphaned-lock", Critical, 10,                                                            \
-    "a lock wait no live thread can release (its owner is dead, or in another process after fork)")         \
-  X(DeadPeer, "dead-peer", Critical, 12,                                                                    \
-    "a wait on a pipe, socket or child whose other end no live process holds (or only the waiter itself)")  \
-  X(DeadlockCycle, "deadlock-cycle", Critical, 20,                                                          \
-    "blocked threads, across processes (or one thread relocking its own mutex), each waiting for the next") \
-  X(DnsWait, "dns-wait", Critical, 28,                                                                      \
-    "a thread inside a name lookup (getaddrinfo, res_*, a socket to port 53) past --stall-after")           \
-  X(NetworkWait, "network-wait", Warning, 30,                                                               \
-    "a thread blocked on a TCP/UDP socket past --stall-after (critical when the main thread waits on it)")  \
-  X(MemoryGrowth, "memory-growth", Warning, 40,                                                             \
-    "(live) a process's resident memory grew fast during the window (critical for the main process)")       \
-  X(GpuStarved, "gpu-starved", Warning, 45,                                                                 \
-    "the GPU is idle while the host thread that feeds it is blocked (critical when it can never move on)")  \
-  X(IoBound, "io-bound", Warning, 50,                                                                       \
-    "(live) slow: the main thread's critical path is dominated by file reads or writes (mount, latency)")   \
-  X(LockContention, "lock-contention", Warning, 51,                                                         \
-    "(live) slow: threads of the job queue on one lock, taking turns holding it, for a large share")        \
-  X(CollectiveSkew, "collective-skew", Warning, 52,                                                         \
-    "(live) slow: a rank's main thread waits in collectives on its peers for a large share of the window")  \
-  X(GpuIdle, "gpu-idle", Warning, 53,                                                                       \
+#define HANGTRACE_FINDING_KINDS(X)                                                                           \
+  X(Stopped, "stopped", Critical, 2,                                                                         \
+    "a process of the job stopped by a signal or held in a ptrace stop (warning for a few threads alone)")   \
+  X(ProcessKilled, "process-killed", Critical, 3,                                                            \
+    "(live) a process of the job died of a signal or the OOM killer")                                        \
+  X(CollectiveWait, "collective-wait", Critical, 4,                                                          \
+    "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")      \
+  X(IoStuck, "io-stuck", Critical, 5,                                                                        \
+    "a read or write stuck inside a filesystem (hung FUSE/NFS/Lustre mount, dead disk) past --stall-after")  \
+  X(GpuWait, "gpu-wait", Warning, 6,                                                                         \
+    "a host thread in a CUDA synchronize or synchronous copy for a long time (critical when very long)")     \
+  X(GilHeld, "gil-held", Critical, 5,                                                                        \
+    "a thread blocked while holding its process's GIL, other Python threads waiting (warning while short)")  \
+  X(ShmExhausted, "shm-exhausted", Critical, 8, "the target's /dev/shm is (nearly) full")                    \
+  X(PoolSelfWait, "pool-self-wait", Critical, 9,                                                             \
+    "every thread of a thread pool runs a task that waits for a result only the same pool can produce")      \
+  X(OrphanedLock, "orphaned-lock", Critical, 10,                                                             \
+    "a lock wait no live thread can release (its owner is dead, or in another process after fork)")          \
+  X(DeadPeer, "dead-peer", Critical, 12,                                                                     \
+    "a wait on a pipe, socket or child whose other end no live process holds (or only the waiter itself)")   \
+  X(DeadlockCycle, "deadlock-cycle", Critical, 20,                                                           \
+    "blocked threads, across processes (or one thread relocking its own mutex), each waiting for the next")  \
+  X(AsyncioCycle, "asyncio-cycle", Critical, 21,                                                             \
+    "asyncio tasks of a process await each other in a cycle (through gather/TaskGroup futures too)")         \
+  X(AsyncioOrphanFuture, "asyncio-orphan-future", Critical, 22,                                              \
+    "an asyncio task awaits a future nothing else refers to, so nothing can ever set its result")            \
+  X(AsyncioLoopBlocked, "asyncio-loop-blocked", Warning, 27,                                                 \
+    "an event loop's thread blocked in a synchronous call inside a task past --stall-after: no task runs")   \
+  X(DnsWait, "dns-wait", Critical, 28,                                                                       \
+    "a thread inside a name lookup (getaddrinfo, res_*, a socket to port 53) past --stall-after")            \
+  X(NetworkWait, "network-wait", Warning, 30,                                                                \
+    "a thread blocked on a TCP/UDP socket past --stall-after (critical when the main thread waits on it)")   \
+  X(MemoryGrowth, "memory-growth", Warning, 40,                                                              \
+    "(live) a process's resident memory grew fast during the window (critical for the main process)")        \
+  X(GpuStarved, "gpu-starved", Warning, 45,                                                                  \
+    "the GPU is idle while the host thread that feeds it is blocked (critical when it can never move on)")   \
+  X(IoBound, "io-bound", Warning, 50,                                                                        \
+    "(live) slow: the main thread's critical path is dominated by file reads or writes (mount, latency)")    \
+  X(LockContention, "lock-contention", Warning, 51,                                                          \
+    "(live) slow: threads of the job queue on one lock, taking turns holding it, for a large share")         \
+  X(CollectiveSkew, "collective-skew", Warning, 52,                                                          \
+    "(live) slow: a rank's main thread waits in collectives on its peers for a large share of the window")   \
+  X(GpuIdle, "gpu-idle", Warning, 53,                                                                        \
     "(live) slow: the job's GPU is idle for a large share of the window, with the host cause from the path") \
-  X(DataStarved, "data-starved", Warning, 54,                                                               \
+  X(DataStarved, "data-starved", Warning, 54,                                                                \
     "(live) slow: the main thread waits on its DataLoader for more than a threshold share of the window")
 
 enum class FindingKind {

@@ -147,6 +147,18 @@ struct UserFrame {
   bool python_entry = false;
 };
 
+// A Python-level lock a thread sleeps on. From 3.13 threading.Lock, RLock
+// and the free-threaded build's per-object locks (critical sections) are
+// PyMutexes: a contended locker parks on a semaphore on its own stack, so its
+// futex names no lock; the interpreter's wait entry beside it does.
+struct PythonLockWait {
+  uint64_t mutex = 0;       // the PyMutex's address
+  std::string kind;         // "threading.Lock", "threading.RLock", "critical section", "PyMutex"
+  uint64_t object = 0;      // the lock object, or the object a critical section locks (0: unknown)
+  std::string object_type;  // tp_name of `object` ("_thread.lock", "dict")
+  int owner_tid = 0;        // the holder where the lock records it (RLock), else 0
+};
+
 struct ThreadInfo {
   int tid = 0;
   std::string comm;
@@ -170,11 +182,38 @@ struct ThreadInfo {
   std::vector<UserFrame> python_stack;
   std::string python_stack_error;
   bool holds_gil = false;
+  std::optional<PythonLockWait> python_lock;
+  // 3.14+: the asyncio event loop this thread is running and the task the
+  // loop is running now (addresses; 0: none).
+  uint64_t asyncio_loop = 0, asyncio_running_task = 0;
   // Innermost first, unwound from the registers the BPF snapshot saved
   // (threads blocked off CPU only). Empty when not unwound: see
   // native_stack_error ("" when none was attempted or it worked).
   std::vector<UserFrame> native_stack;
   std::string native_stack_error;
+};
+
+// One asyncio task of a CPython 3.14+ process, read from outside through the
+// _asyncio module's debug offsets: what `python -m asyncio ps` lists.
+struct AsyncioTask {
+  uint64_t address = 0;
+  std::string name;  // "Task-3", or the name it was given
+  int tid = 0;       // the thread whose task list holds it (0: the interpreter's, its thread gone)
+  // Its suspended coroutine chain, innermost first (empty while it runs:
+  // its frames are then on the thread's own stack).
+  std::vector<UserFrame> coroutine_stack;
+  // The object its innermost coroutine awaits (0: none, or it runs), that
+  // object's type, and whether it is a task of this list.
+  uint64_t awaits = 0;
+  std::string awaits_type;
+  // The awaited object's reference count (-1: not read), and how many of
+  // those references the awaiting task holds itself: its fut_waiter, the
+  // coroutine's future iterator, and the slots of its coroutines' frames
+  // (locals, value stack) that name it. Equal: nothing else can ever set it.
+  int64_t awaits_refcount = -1;
+  int64_t awaits_own_refs = -1;
+  std::vector<uint64_t> awaited_by;  // the tasks (and futures) awaiting it
+  std::string error;                 // why some of it could not be read
 };
 
 enum class ProcessRole { Target, Descendant, Peer };
@@ -199,6 +238,11 @@ struct ProcessInfo {
   uint32_t flags = 0;  // PF_* from /proc stat field 9
   ProcessRole role = ProcessRole::Target;
   bool is_python = false;
+  // "CPython 3.14.7", "CPython 3.14.7 (free-threaded)"; empty when the
+  // interpreter's state was not read.
+  std::string python_interpreter;
+  std::vector<AsyncioTask> asyncio_tasks;  // 3.14+, bounded (kMaxAsyncioTasks)
+  std::string asyncio_error;               // why the tasks could not be read ("" when read or none)
   // Where the interpreter keeps each GIL (the address of its struct
   // _gil_runtime_state: _PyRuntime.ceval.gil before 3.12, what each
   // interpreter's ceval.gil points at from 3.12), one per GIL; empty when the

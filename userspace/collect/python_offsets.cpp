@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 
 #include "hangtrace/python_debug_offsets.h"
 #include "procmem.h"
@@ -70,7 +71,7 @@ PyOffsets offsets_311() {
   o.frame_prev_instr = 56;
   o.frame_is_entry = 68;
   o.frame_owner = 69;
-  o.owner_cstack = -1;  // 3.11 has no shim frames (is_entry marks C entry)
+  o.owner_entry = -1;  // 3.11 has no shim frames (is_entry marks C entry)
   o.frame_read_size = 72;
   o.code_filename = 112;
   o.code_name = 128;  // co_qualname
@@ -104,7 +105,7 @@ PyOffsets offsets_312() {
   o.frame_previous = 8;
   o.frame_prev_instr = 56;
   o.frame_owner = 70;
-  o.owner_cstack = 3;
+  o.owner_entry = 3;  // FRAME_OWNED_BY_CSTACK
   o.frame_read_size = 72;
   o.code_firstlineno = 68;
   o.code_filename = 112;
@@ -133,46 +134,73 @@ std::optional<PyOffsets> offsets_for(int major, int minor) {
 namespace {
 
 using hangtrace::DebugOffsets313;
+using hangtrace::DebugOffsets314;
+using hangtrace::DebugOffsets315;
 
-// FRAME_OWNED_BY_CSTACK is not in the debug offsets; 3.13.0 (gdb: `p
-// (int)FRAME_OWNED_BY_CSTACK`) has the 3.12 value.
-constexpr int kOwnedByCstack313 = 3;
+// PY_VERSION_HEX fields.
+int version_minor(uint64_t v) { return static_cast<int>((v >> 16) & 0xff); }
+int version_micro(uint64_t v) { return static_cast<int>((v >> 8) & 0xff); }
+int release_level(uint64_t v) { return static_cast<int>((v >> 4) & 0xf); }  // 0xA alpha .. 0xF final
+int release_serial(uint64_t v) { return static_cast<int>(v & 0xf); }
 
-}  // namespace
+// The owner values that are not a Python function's frame are not in the
+// table. 3.12/3.13 (gdb: `p (int)FRAME_OWNED_BY_CSTACK` on 3.13.0): 3, the
+// C stack shim. 3.14 (Include/internal/pycore_interpframe_structs.h):
+// FRAME_OWNED_BY_INTERPRETER 3 (the entry frame of each C call into the
+// eval loop, f_executable None) and FRAME_OWNED_BY_CSTACK 4; 3.15 drops the
+// latter. Either way everything from 3 on.
+constexpr int kFirstEntryOwner = 3;
 
-Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, int major, int minor) {
-  auto bytes = mem.read(runtime, sizeof(DebugOffsets313));
-  if (!bytes) return make_error("cannot read _Py_DebugOffsets at the start of _PyRuntime");
-  DebugOffsets313 d;
-  std::memcpy(&d, bytes->data(), sizeof d);
-  if (std::memcmp(d.cookie, "xdebugpy", 8) != 0)
-    return make_error("_PyRuntime does not start with _Py_DebugOffsets");
-  int dmajor = static_cast<int>((d.version >> 24) & 0xff),
-      dminor = static_cast<int>((d.version >> 16) & 0xff);
-  if (dmajor != major || dminor != minor)
-    return make_error(
-        fmt::format("_Py_DebugOffsets says {}.{}, the binary {}.{}", dmajor, dminor, major, minor));
-  if (dmajor != 3 || dminor != 13)
-    return make_error(
-        fmt::format("the _Py_DebugOffsets layout of CPython {}.{} is not known (3.13's is)", dmajor, dminor));
-  // A field outside its struct means the layout is not the one assumed.
-  auto within = [](uint64_t size, std::initializer_list<uint64_t> fields) {
-    if (size == 0 || size > (1 << 20)) return false;
-    for (uint64_t f : fields)
-      if (f + 8 > size) return false;
-    return true;
+// _Py_MAX_SCRIPT_PATH_SIZE (Include/cpython/pystate.h, 3.14): a value, not an
+// offset, at a fixed place in the 3.14 and 3.15 tables, so a canary for the
+// layout having been chosen right.
+constexpr uint64_t kMaxScriptPathSize = 512;
+
+// Which layout a table of `version` has (313, 314, 315), or why none fits.
+// Pre-releases reshaped the table from one to the next; each layout holds
+// from the pre-release named here (3.13.0rc2 added fields, pystack #207;
+// 3.14.0b2 is the earliest shown to match 3.14.0; 3.15.0b4 added
+// last_profiled_frame_seq, pystack #337).
+Result<int> layout_of(uint64_t version) {
+  struct First {
+    int minor, level, serial;
   };
+  static constexpr First kFirst[] = {{13, 0xC, 2}, {14, 0xB, 2}, {15, 0xB, 4}};
+  const int minor = version_minor(version);
+  for (const First& f : kFirst) {
+    if (f.minor != minor) continue;
+    const int level = release_level(version), serial = release_serial(version);
+    if (version_micro(version) == 0 && (level < f.level || (level == f.level && serial < f.serial)))
+      return make_error(fmt::format("the _Py_DebugOffsets of pre-release {} differ from those of 3.{}.0",
+                                    version_name(version), minor));
+    return 300 + minor;
+  }
+  return make_error(
+      fmt::format("the _Py_DebugOffsets layout of CPython 3.{} is not known (3.13 to 3.15 are)", minor));
+}
+
+// A field outside its struct means the layout is not the one assumed.
+bool within(uint64_t size, std::initializer_list<uint64_t> fields) {
+  if (size == 0 || size > (1 << 20)) return false;
+  for (uint64_t f : fields)
+    if (f + 8 > size) return false;
+  return true;
+}
+
+template <class Table>
+Result<PyOffsets> offsets_from_table(const Table& d, int major, int minor) {
   const auto& is = d.interpreter_state;
   const auto& ts = d.thread_state;
   const auto& fr = d.interpreter_frame;
   const auto& co = d.code_object;
   const auto& un = d.unicode_object;
-  if (!within(d.runtime_state.size, {d.runtime_state.interpreters_head}) ||
+  if (d.free_threaded > 1 || !within(d.runtime_state.size, {d.runtime_state.interpreters_head}) ||
       !within(is.size, {is.next, is.threads_head}) ||
       !within(ts.size, {ts.next, ts.current_frame, ts.native_thread_id}) ||
       !within(fr.size, {fr.previous, fr.executable, fr.instr_ptr}) || fr.owner >= fr.size ||
       !within(co.size, {co.filename, co.qualname, co.linetable, co.co_code_adaptive}) ||
       co.firstlineno + 4 > co.size || !within(d.pyobject.size, {d.pyobject.ob_type}) ||
+      d.pyobject.size != (d.free_threaded ? 32u : 16u) ||
       !within(d.type_object.size, {d.type_object.tp_name}) ||
       !within(d.bytes_object.size, {d.bytes_object.ob_size}) ||
       d.bytes_object.ob_sval > d.bytes_object.size || !within(un.size, {un.length}) ||
@@ -181,31 +209,44 @@ Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, 
   PyOffsets o;
   o.major = major;
   o.minor = minor;
+  o.version_hex = d.version;
+  o.free_threaded = d.free_threaded == 1;
   o.runtime_interpreters_head = d.runtime_state.interpreters_head;
   o.interp_next = is.next;
   o.interp_threads_head = is.threads_head;
   // The GIL a thread waits on is the one interp->ceval.gil points at; the
   // table gives the fields of the interpreter's own _gil, whose distances from
-  // _gil are the fields' offsets in any struct _gil_runtime_state. Free-threaded
-  // builds may run without a GIL: no holder then.
-  if (!d.free_threaded && is.ceval_gil && is.gil_runtime_state &&
-      is.gil_runtime_state_holder > is.gil_runtime_state &&
+  // _gil are the fields' offsets in any struct _gil_runtime_state. A
+  // free-threaded build has one too, used only when something turned it back
+  // on (an extension without Py_mod_gil, PYTHON_GIL=1): its `enabled` says.
+  if (is.ceval_gil && is.gil_runtime_state && is.gil_runtime_state_holder > is.gil_runtime_state &&
       is.gil_runtime_state_locked > is.gil_runtime_state &&
       is.gil_runtime_state_holder - is.gil_runtime_state < 4096 &&
-      is.gil_runtime_state_locked - is.gil_runtime_state < 4096 && is.ceval_gil + 8 <= is.size) {
+      is.gil_runtime_state_locked - is.gil_runtime_state < 4096 && is.ceval_gil + 8 <= is.size &&
+      is.gil_runtime_state_enabled < 4096) {
     o.interp_gil = is.ceval_gil;
     o.gil_last_holder = is.gil_runtime_state_holder - is.gil_runtime_state;
     o.gil_locked = is.gil_runtime_state_locked - is.gil_runtime_state;
+    if (o.free_threaded) {
+      o.gil_switchable = true;
+      o.gil_enabled = is.gil_runtime_state_enabled;
+    }
   }
   o.tstate_next = ts.next;
   o.tstate_native_thread_id = ts.native_thread_id;
   o.tstate_frame = ts.current_frame;
   o.tstate_read_size = std::max({ts.next, ts.current_frame, ts.native_thread_id}) + 8;
+  if constexpr (requires { ts.holds_gil; }) {
+    if (ts.holds_gil + 4 <= ts.size) {
+      o.tstate_holds_gil = ts.holds_gil;
+      o.tstate_read_size = std::max(o.tstate_read_size, ts.holds_gil + 4);
+    }
+  }
   o.frame_code = fr.executable;
   o.frame_previous = fr.previous;
   o.frame_prev_instr = fr.instr_ptr;  // the current instruction, not the previous one
   o.frame_owner = fr.owner;
-  o.owner_cstack = kOwnedByCstack313;
+  o.owner_entry = kFirstEntryOwner;
   o.frame_read_size = std::max({fr.previous + 8, fr.executable + 8, fr.instr_ptr + 8, fr.owner + 1});
   o.code_filename = co.filename;
   o.code_name = co.qualname;
@@ -213,6 +254,19 @@ Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, 
   o.code_firstlineno = co.firstlineno;
   o.code_adaptive = co.co_code_adaptive;
   o.code_read_size = std::max({co.filename, co.qualname, co.linetable, co.firstlineno}) + 8;
+  if constexpr (requires { fr.stackpointer; }) {
+    o.stack_refs = true;
+    // Thread-local bytecode (3.14t): a frame runs the copy its tlbc_index
+    // names in the code's co_tlbc array.
+    if (fr.tlbc_index && co.co_tlbc && fr.tlbc_index + 4 <= fr.size && co.co_tlbc + 8 <= co.size) {
+      o.frame_tlbc_index = fr.tlbc_index;
+      o.code_tlbc = co.co_tlbc;
+      o.frame_read_size = std::max(o.frame_read_size, fr.tlbc_index + 4);
+      o.code_read_size = std::max(o.code_read_size, co.co_tlbc + 8);
+    }
+    if (d.debugger_support.debugger_script_path_size != kMaxScriptPathSize)
+      return make_error("_Py_DebugOffsets is inconsistent (its debugger section is not where 3.14's is)");
+  }
   o.object_type = d.pyobject.ob_type;
   o.type_name = d.type_object.tp_name;
   o.unicode_length = un.length;
@@ -220,9 +274,91 @@ Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, 
   o.unicode_ascii_data = un.asciiobject_size;
   // PyCompactUnicodeObject adds utf8_length and utf8 to the ASCII header.
   o.unicode_compact_data = un.asciiobject_size + 16;
+  if constexpr (requires { un.compactunicodeobject_size; })
+    o.unicode_compact_data = un.compactunicodeobject_size;
+  if (o.free_threaded && minor >= 14) {
+    // Include/cpython/unicodeobject.h, Py_GIL_DISABLED: `unsigned char
+    // interned; unsigned int kind:3, compact:1, ascii:1, ...`.
+    o.unicode_kind_shift = 8;
+    o.unicode_compact_shift = 11;
+    o.unicode_ascii_shift = 12;
+  }
   o.bytes_size = d.bytes_object.ob_size;
   o.bytes_data = d.bytes_object.ob_sval;
+  o.object_size = d.pyobject.size;
+  if (ts.thread_id + 8 <= ts.size) {
+    o.tstate_thread_id = ts.thread_id;
+    o.tstate_read_size = std::max(o.tstate_read_size, ts.thread_id + 8);
+  }
+  if constexpr (requires { d.gen_object; }) {
+    const auto& gen = d.gen_object;
+    const auto& set = d.set_object;
+    if (within(fr.size, {fr.stackpointer}) && within(gen.size, {gen.gi_iframe}) &&
+        gen.gi_frame_state < gen.size && within(set.size, {set.used, set.table, set.mask}) &&
+        within(d.long_object.size, {d.long_object.lv_tag}) &&
+        d.long_object.ob_digit + 4 <= d.long_object.size && d.llist_node.next < 64) {
+      o.frame_stackpointer = fr.stackpointer;
+      o.frame_localsplus = fr.localsplus;
+      o.frame_read_size = std::max(o.frame_read_size, fr.stackpointer + 8);
+      o.gen_iframe = gen.gi_iframe;
+      o.gen_frame_state = gen.gi_frame_state;
+      // Include/internal/pycore_frame.h: 3.14 numbers the states from
+      // FRAME_CREATED -3 (FRAME_SUSPENDED_YIELD_FROM -1); 3.15 from 0 (it 2).
+      o.frame_suspended_yield_from = minor >= 15 ? 2 : -1;
+      o.set_used = set.used;
+      o.set_table = set.table;
+      o.set_mask = set.mask;
+      o.long_tag = d.long_object.lv_tag;
+      o.long_digit = d.long_object.ob_digit;
+      o.llist_next = d.llist_node.next;
+    }
+  }
   return o;
+}
+
+template <class Table>
+Result<PyOffsets> read_table(const MemoryReader& mem, uint64_t runtime, int major, int minor) {
+  auto bytes = mem.read(runtime, sizeof(Table));
+  if (!bytes || bytes->size() < sizeof(Table))
+    return make_error("cannot read _Py_DebugOffsets at the start of _PyRuntime");
+  Table d;
+  std::memcpy(&d, bytes->data(), sizeof d);
+  return offsets_from_table(d, major, minor);
+}
+
+}  // namespace
+
+std::string version_name(uint64_t v) {
+  std::string out = fmt::format("{}.{}.{}", (v >> 24) & 0xff, version_minor(v), version_micro(v));
+  static constexpr const char* kLevels[] = {"a", "b", "rc"};
+  if (int level = release_level(v); level >= 0xA && level <= 0xC)
+    out += fmt::format("{}{}", kLevels[level - 0xA], release_serial(v));
+  return out;
+}
+
+Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, int major, int minor) {
+  // The header is the same in every layout: read it first to choose one.
+  auto head = mem.read(runtime, 24);
+  if (!head || head->size() < 24)
+    return make_error("cannot read _Py_DebugOffsets at the start of _PyRuntime");
+  if (std::memcmp(head->data(), "xdebugpy", 8) != 0)
+    return make_error("_PyRuntime does not start with _Py_DebugOffsets");
+  const uint64_t version = load_u64(*head, 8);
+  int dmajor = static_cast<int>((version >> 24) & 0xff), dminor = static_cast<int>((version >> 16) & 0xff);
+  if (dmajor != major || dminor != minor)
+    return make_error(
+        fmt::format("_Py_DebugOffsets says {}.{}, the binary {}.{}", dmajor, dminor, major, minor));
+  if (dmajor != 3) return make_error(fmt::format("_Py_DebugOffsets says CPython {}.{}", dmajor, dminor));
+  auto layout = layout_of(version);
+  if (!layout) return make_error(layout.error());
+  switch (*layout) {
+    case 313:
+      return read_table<DebugOffsets313>(mem, runtime, major, minor);
+    case 314:
+      return read_table<DebugOffsets314>(mem, runtime, major, minor);
+    default:
+      return read_table<DebugOffsets315>(mem, runtime, major, minor);
+  }
 }
 
 }  // namespace hangtrace::python

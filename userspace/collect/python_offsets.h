@@ -1,13 +1,15 @@
 // Where CPython keeps what a Python stack walk reads, per version: the
 // struct offsets of _PyRuntime, interpreter and thread states, frames, code
-// and string objects. 3.8-3.12 from tables measured with gdb; 3.13 from the
-// _Py_DebugOffsets table the interpreter writes at the start of _PyRuntime.
+// and string objects. 3.8-3.12 from tables measured with gdb; 3.13 on from the
+// _Py_DebugOffsets table the interpreter writes at the start of _PyRuntime
+// (its layout chosen by the version it records: 3.13, 3.14, 3.15.0b4+).
 // Used by python_runtime (finding _PyRuntime) and python_stacks (the walk).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "hangtrace/result.h"
@@ -32,6 +34,8 @@ enum class LineTable { Lnotab, Linetable310, Locations };
 // 0 included.
 struct PyOffsets {
   int major = 3, minor = 0;
+  uint64_t version_hex = 0;    // PY_VERSION_HEX, where the table records it (3.13+)
+  bool free_threaded = false;  // built without the GIL (3.13t+)
   FrameLayout layout = FrameLayout::InterpreterFrames;
   LineTable line_table = LineTable::Locations;
   int lasti_unit = 1;  // bytes per f_lasti step (FrameObjects): 1 before 3.10, 2 in 3.10
@@ -46,13 +50,20 @@ struct PyOffsets {
   // struct _gil_runtime_state, for interp_gil
   uint64_t gil_last_holder = 0;
   uint64_t gil_locked = 0;
+  // Free-threaded builds: _gil.enabled (an int; offset 0 is its place, the
+  // struct's first field) says whether the GIL is on at all.
+  bool gil_switchable = false;
+  uint64_t gil_enabled = 0;
   // PyThreadState
   uint64_t tstate_next = 0;
   uint64_t tstate_native_thread_id = 0;  // 3.11+
-  uint64_t tstate_thread_id = 0;         // pthread_t, for versions without native_thread_id
-  uint64_t tstate_frame = 0;             // 3.8-3.10 frame, 3.13+ current_frame
-  uint64_t tstate_cframe = 0;            // 3.11/3.12: tstate->cframe
-  uint64_t cframe_current_frame = 0;     // _PyCFrame.current_frame
+  // pthread_t: how versions without native_thread_id name the thread, and
+  // what an RLock records as its owner (3.13+ from the table)
+  uint64_t tstate_thread_id = 0;
+  uint64_t tstate_frame = 0;          // 3.8-3.10 frame, 3.13+ current_frame
+  uint64_t tstate_cframe = 0;         // 3.11/3.12: tstate->cframe
+  uint64_t cframe_current_frame = 0;  // _PyCFrame.current_frame
+  uint64_t tstate_holds_gil = 0;      // 3.15: PyThreadState.holds_gil (int)
   uint64_t tstate_read_size = 0;
   // PyFrameObject (3.8-3.10) or _PyInterpreterFrame (3.11+)
   uint64_t frame_code = 0;        // f_code; 3.13+ f_executable
@@ -61,14 +72,23 @@ struct PyOffsets {
   uint64_t frame_lasti = 0;       // frame objects: f_lasti (int)
   uint64_t frame_is_entry = 0;    // 3.11: is_entry
   uint64_t frame_owner = 0;
-  int owner_cstack = -1;  // FRAME_OWNED_BY_CSTACK (3.12+), -1 when none
+  // The owners from which on a frame is no Python function's but the eval
+  // loop's own (3.12/3.13 FRAME_OWNED_BY_CSTACK, the shim of a C call into
+  // Python; 3.14+ FRAME_OWNED_BY_INTERPRETER, the per-call entry frame, and
+  // the never-set FRAME_OWNED_BY_CSTACK after it); -1 when none.
+  int owner_entry = -1;
+  uint64_t frame_tlbc_index = 0;  // 3.14t: int32 index of the thread-local bytecode copy (0: none)
   uint64_t frame_read_size = 0;
+  // 3.14+: f_executable (and every object reference on a frame) is a
+  // _PyStackRef: a pointer with tag bits in its low two bits.
+  bool stack_refs = false;
   // PyCodeObject
   uint64_t code_filename = 0;
   uint64_t code_name = 0;  // co_qualname from 3.11, co_name before
   uint64_t code_firstlineno = 0;
   uint64_t code_linetable = 0;  // co_lnotab in 3.8/3.9
   uint64_t code_adaptive = 0;   // co_code_adaptive: the instructions, inline (3.11+)
+  uint64_t code_tlbc = 0;       // 3.14t: co_tlbc, the _PyCodeArray of per-thread copies (0: none)
   uint64_t code_read_size = 0;
   // Objects
   uint64_t object_type = 8;            // ob_type
@@ -77,16 +97,33 @@ struct PyOffsets {
   uint64_t unicode_state = 32;         // PyASCIIObject.state
   uint64_t unicode_ascii_data = 48;    // sizeof(PyASCIIObject)
   uint64_t unicode_compact_data = 72;  // sizeof(PyCompactUnicodeObject)
-  uint64_t bytes_size = 16;            // ob_size
-  uint64_t bytes_data = 32;            // ob_sval
+  // PyASCIIObject.state bit fields: interned:2 then kind:3, compact, ascii;
+  // 3.14t widens interned to a byte (atomic access), moving the others.
+  int unicode_kind_shift = 2, unicode_compact_shift = 5, unicode_ascii_shift = 6;
+  uint64_t bytes_size = 16;   // ob_size
+  uint64_t bytes_data = 32;   // ob_sval
+  uint64_t object_size = 16;  // sizeof(PyObject): what an object's own fields follow
+  // 3.14+ (0: not in the table): what the asyncio task graph is read with.
+  uint64_t frame_stackpointer = 0;     // _PyInterpreterFrame.stackpointer
+  uint64_t frame_localsplus = 0;       // localsplus: locals, cells, then the value stack up to stackpointer
+  uint64_t gen_iframe = 0;             // PyGenObject.gi_iframe: the coroutine's frame, embedded
+  uint64_t gen_frame_state = 0;        // int8 gi_frame_state
+  int frame_suspended_yield_from = 0;  // the gi_frame_state of a coroutine suspended in an await
+  uint64_t set_used = 0, set_table = 0, set_mask = 0;
+  uint64_t long_tag = 0, long_digit = 0;  // PyLongObject lv_tag, ob_digit (30-bit digits)
+  uint64_t llist_next = 0;                // struct llist_node.next
 };
 
 // The measured table of CPython major.minor (3.8 to 3.12), or none.
 std::optional<PyOffsets> offsets_for(int major, int minor);
 
-// 3.13: the offsets from the _Py_DebugOffsets at `runtime` in process `pid`,
-// checked for consistency; an error for any other version or layout.
+// 3.13+: the offsets from the _Py_DebugOffsets at `runtime` in process `pid`,
+// its layout chosen by the version it records and checked for consistency;
+// an error for a version whose layout is not known.
 Result<PyOffsets> offsets_from_debug(const MemoryReader& mem, uint64_t runtime, int major, int minor);
+
+// "3.14.0b1" for a PY_VERSION_HEX.
+std::string version_name(uint64_t version_hex);
 
 // Little-endian fields of bytes read from the target: 0 past the end.
 inline uint64_t load_u64(const std::vector<uint8_t>& b, uint64_t off) {
@@ -103,5 +140,14 @@ inline uint32_t load_u32(const std::vector<uint8_t>& b, uint64_t off) {
 
 // A user-space pointer that could be an object: non-null, canonical, aligned.
 inline bool plausible_pointer(uint64_t p) { return p >= 4096 && p < (uint64_t{1} << 47) && p % 8 == 0; }
+
+// The object a _PyStackRef (3.14+) refers to: the tag bits cleared; 0 for
+// NULL (tagged as 1), a tagged small int (low bits 3) and the 3.15 error
+// marker (2). Objects are at least 8-byte aligned, so clearing two bits of a
+// plain pointer (3.13 and older) changes nothing.
+inline uint64_t stack_ref_object(uint64_t bits) {
+  if ((bits & 3) == 3 || (bits & 3) == 2) return 0;
+  return bits & ~uint64_t{3};
+}
 
 }  // namespace hangtrace::python

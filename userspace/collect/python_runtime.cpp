@@ -31,6 +31,7 @@ struct ElfInfo {
   uint64_t runtime = 0;          // st_value of _PyRuntime (unrelocated)
   uint64_t version = 0;          // st_value of Py_Version, 0 if absent (< 3.11)
   uint64_t section_runtime = 0;  // the .PyRuntime section (3.12+: _PyRuntime alone), 0 if none
+  uint64_t section_asyncio = 0;  // the .AsyncioDebug section (3.14+: the _asyncio module's offsets)
   bool is_dyn = false;
   struct Load {
     uint64_t vaddr, offset, filesz;
@@ -50,6 +51,7 @@ ElfInfo read_elf(const std::string& path) {
   // CPython 3.12+ puts _PyRuntime in a section of its own so that tools
   // find it without symbols (a stripped or statically linked interpreter).
   info.section_runtime = file->section_address(".PyRuntime", SHT_PROGBITS);
+  info.section_asyncio = file->section_address(".AsyncioDebug", SHT_PROGBITS);
   auto symbols = file->find_symbols(elf::Tables::Both, {"_PyRuntime", "Py_Version"},
                                     [](const elf::Symbol& sym) { return sym.value != 0; });
   if (auto it = symbols.find("_PyRuntime"); it != symbols.end()) info.runtime = it->second.value;
@@ -171,7 +173,55 @@ Result<uint64_t> scan_for_runtime(int mem_pid, const std::vector<Mapping>& maps,
   return make_error(fmt::format("no _PyRuntime found in the data of {}", path));
 }
 
+// What to add to the file's addresses for where `lowest` (the file's
+// lowest mapping) put them.
+Result<uint64_t> load_bias(const ElfInfo& elf, const Mapping& lowest) {
+  if (!elf.is_dyn) return uint64_t{0};
+  for (const auto& l : elf.loads)
+    if (lowest.offset >= (l.offset & ~uint64_t{4095}) && lowest.offset < l.offset + l.filesz) {
+      // The address the mapping's first byte has in the file's own layout.
+      uint64_t file_vaddr = l.vaddr - l.offset + lowest.offset;
+      return lowest.start - file_vaddr;
+    }
+  return make_error(fmt::format("{}: no loadable segment at offset {:#x}", lowest.path, lowest.offset));
+}
+
+// The ELF of the file behind `m`, through the path or else what is mapped.
+ElfInfo elf_of(const procfs::ProcFs& fs, int pid, const std::vector<Mapping>& maps, const Mapping& m,
+               const Mapping** lowest_out) {
+  const Mapping* lowest = &m;
+  for (const auto& x : maps)
+    if (x.path == m.path && x.offset < lowest->offset) lowest = &x;
+  *lowest_out = lowest;
+  ElfInfo elf = cached_elf(fs.root_path(pid, m.path), lowest->inode);
+  if (!elf.ok) elf = cached_elf(fs.map_file_path(pid, lowest->start, lowest->end), lowest->inode);
+  return elf;
+}
+
 }  // namespace
+
+Result<uint64_t> find_asyncio_debug(const procfs::ProcFs& fs, int pid, const std::vector<Mapping>& maps) {
+  std::set<std::string> seen;
+  std::string last_error = "the _asyncio module is not loaded";
+  for (const auto& m : maps) {
+    if (m.path.empty() || m.path[0] != '/' || !seen.insert(m.path).second) continue;
+    const std::string base = basename_of(m.path);
+    if (base.rfind("_asyncio", 0) != 0 && !python_file(m.path)) continue;
+    const Mapping* lowest = nullptr;
+    ElfInfo elf = elf_of(fs, pid, maps, m, &lowest);
+    if (!elf.ok || !elf.section_asyncio) continue;
+    auto bias = load_bias(elf, *lowest);
+    if (!bias) {
+      last_error = bias.error();
+      continue;
+    }
+    const uint64_t address = elf.section_asyncio + *bias;
+    for (const auto& x : maps)
+      if (address >= x.start && address < x.end) return address;
+    last_error = fmt::format("the .AsyncioDebug section of {} is not mapped", m.path);
+  }
+  return make_error(last_error);
+}
 
 Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols,
                                      const std::vector<Mapping>* known_maps) {
@@ -212,22 +262,12 @@ Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use
       last_error = elf.error;
       continue;
     }
-    uint64_t bias = 0;
-    if (elf.is_dyn) {
-      const ElfInfo::Load* load = nullptr;
-      for (const auto& l : elf.loads)
-        if (lowest->offset >= (l.offset & ~uint64_t{4095}) && lowest->offset < l.offset + l.filesz) {
-          load = &l;
-          break;
-        }
-      if (!load) {
-        last_error = fmt::format("{}: no loadable segment at offset {:#x}", first->path, lowest->offset);
-        continue;
-      }
-      // The address the mapping's first byte has in the file's own layout.
-      uint64_t file_vaddr = load->vaddr - load->offset + lowest->offset;
-      bias = lowest->start - file_vaddr;
+    auto bias_or = load_bias(elf, *lowest);
+    if (!bias_or) {
+      last_error = bias_or.error();
+      continue;
     }
+    const uint64_t bias = *bias_or;
     RuntimeLocation loc;
     loc.binary = first->path;
     if (use_symbols && elf.version) {

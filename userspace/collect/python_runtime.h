@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hangtrace/procfs.h"
 #include "hangtrace/result.h"
@@ -24,5 +25,11 @@ struct RuntimeLocation {
 // `known_maps`: its mappings if the caller read them already, else read here.
 Result<RuntimeLocation> find_runtime(const procfs::ProcFs& fs, int pid, bool use_symbols,
                                      const std::vector<Mapping>* known_maps = nullptr);
+
+// The relocated address of the _asyncio module's debug offsets (the
+// .AsyncioDebug section, 3.14+) in `pid`: in the _asyncio extension it maps,
+// or in the python binary or libpython it is built into. An error when none
+// is mapped (asyncio not imported: no tasks).
+Result<uint64_t> find_asyncio_debug(const procfs::ProcFs& fs, int pid, const std::vector<Mapping>& maps);
 
 }  // namespace hangtrace::python

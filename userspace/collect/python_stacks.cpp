@@ -9,8 +9,11 @@
 #include <unordered_set>
 
 #include "procmem.h"
+#include "python_asyncio.h"
+#include "python_locks.h"
 #include "python_offsets.h"
 #include "python_runtime.h"
+#include "python_walker.h"
 
 namespace hangtrace {
 
@@ -24,225 +27,10 @@ using python::PyOffsets;
 namespace {
 
 constexpr size_t kMaxThreads = 1024;
-constexpr size_t kMaxFrames = 256;
 constexpr int kWalkAttempts = 3;
 constexpr size_t kMaxInterpreters = 64;
-constexpr size_t kMaxStringChars = 1024;
-constexpr size_t kMaxLineTableBytes = 1 << 20;
 
-// ---- the walk ----------------------------------------------------------------
-
-struct CodeInfo {
-  bool ok = false;
-  std::string error;
-  std::string function, file;
-  int first_line = 0;
-  std::vector<uint8_t> linetable;
-};
-
-class Walker {
- public:
-  Walker(const MemoryReader& mem, const PyOffsets& o) : mem_(mem), o_(o) {}
-
-  Result<std::vector<uint8_t>> read(uint64_t addr, size_t n, const char* what) {
-    if (!plausible_pointer(addr)) return make_error(fmt::format("bad {} pointer {:#x}", what, addr));
-    auto bytes = mem_.read(addr, n);
-    if (!bytes) return make_error(fmt::format("cannot read {} at {:#x}", what, addr));
-    return bytes;
-  }
-
-  Result<uint64_t> read_ptr(uint64_t addr, const char* what) {
-    auto b = read(addr, 8, what);
-    if (!b) return make_error(b.error());
-    return load_u64(*b, 0);
-  }
-
-  // tp_name of an object's type, cached by type address.
-  std::string type_name(uint64_t object) {
-    auto type = read_ptr(object + o_.object_type, "object type");
-    if (!type) return "";
-    if (auto it = type_names_.find(*type); it != type_names_.end()) return it->second;
-    std::string name;
-    if (auto name_ptr = read_ptr(*type + o_.type_name, "type name"); name_ptr && *name_ptr >= 4096) {
-      for (uint8_t c : mem_.read_prefix(*name_ptr, 64)) {
-        if (!c) break;
-        name += static_cast<char>(c);
-      }
-    }
-    if (type_names_.size() < 4096) type_names_[*type] = name;
-    return name;
-  }
-
-  // A str object as UTF-8 (compact strings only, which code objects' names are).
-  Result<std::string> read_unicode(uint64_t addr, const char* what) {
-    auto head = read(addr, o_.unicode_compact_data, what);
-    if (!head) return make_error(head.error());
-    uint64_t length = load_u64(*head, o_.unicode_length);
-    uint32_t state = load_u32(*head, o_.unicode_state);
-    unsigned kind = (state >> 2) & 7;
-    bool compact = (state >> 5) & 1;
-    bool ascii = (state >> 6) & 1;
-    if (!compact) return make_error(fmt::format("{} is not a compact string", what));
-    if (kind != 1 && kind != 2 && kind != 4)
-      return make_error(fmt::format("{} has string kind {}", what, kind));
-    if (length > (uint64_t{1} << 31)) return make_error(fmt::format("{} has length {}", what, length));
-    size_t n = std::min<uint64_t>(length, kMaxStringChars);
-    uint64_t data = addr + (ascii ? o_.unicode_ascii_data : o_.unicode_compact_data);
-    std::string out;
-    if (n == 0) return out;
-    auto bytes = mem_.read(data, n * kind);
-    if (!bytes) return make_error(fmt::format("cannot read {} text", what));
-    out.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t c = 0;
-      if (kind == 1)
-        c = (*bytes)[i];
-      else if (kind == 2)
-        c = static_cast<uint32_t>((*bytes)[2 * i]) | static_cast<uint32_t>((*bytes)[2 * i + 1]) << 8;
-      else
-        std::memcpy(&c, bytes->data() + 4 * i, 4);
-      if (ascii && c >= 0x80) return make_error(fmt::format("{} is not ASCII", what));
-      if (c < 0x80) {
-        out += static_cast<char>(c);
-      } else if (c < 0x800) {
-        out += static_cast<char>(0xc0 | (c >> 6));
-        out += static_cast<char>(0x80 | (c & 63));
-      } else if (c < 0x10000) {
-        out += static_cast<char>(0xe0 | (c >> 12));
-        out += static_cast<char>(0x80 | ((c >> 6) & 63));
-        out += static_cast<char>(0x80 | (c & 63));
-      } else if (c < 0x110000) {
-        out += static_cast<char>(0xf0 | (c >> 18));
-        out += static_cast<char>(0x80 | ((c >> 12) & 63));
-        out += static_cast<char>(0x80 | ((c >> 6) & 63));
-        out += static_cast<char>(0x80 | (c & 63));
-      } else {
-        out += '?';
-      }
-    }
-    if (n < length) out += "...";
-    return out;
-  }
-
-  const CodeInfo& code(uint64_t addr) {
-    if (auto it = codes_.find(addr); it != codes_.end()) return it->second;
-    CodeInfo info = decode_code(addr);
-    if (!info.ok) {  // not cached: the next walk may find a real code object there
-      failed_ = std::move(info);
-      return failed_;
-    }
-    if (codes_.size() > 65536) codes_.clear();
-    return codes_[addr] = std::move(info);
-  }
-
-  CodeInfo decode_code(uint64_t addr) {
-    CodeInfo info;
-    auto fail = [&](const std::string& why) {
-      info.error = why;
-      return info;
-    };
-    auto head = read(addr, o_.code_read_size, "code object");
-    if (!head) return fail(head.error());
-    if (type_name(addr) != "code") return fail(fmt::format("{:#x} is not a code object", addr));
-    auto qualname = read_unicode(load_u64(*head, o_.code_name), o_.minor >= 11 ? "co_qualname" : "co_name");
-    if (!qualname) return fail(qualname.error());
-    auto filename = read_unicode(load_u64(*head, o_.code_filename), "co_filename");
-    if (!filename) return fail(filename.error());
-    info.function = std::move(*qualname);
-    info.file = std::move(*filename);
-    info.first_line = static_cast<int>(load_u32(*head, o_.code_firstlineno));
-    uint64_t table = load_u64(*head, o_.code_linetable);
-    if (auto tb =
-            read(table, o_.bytes_data, o_.line_table == LineTable::Lnotab ? "co_lnotab" : "co_linetable")) {
-      uint64_t size = load_u64(*tb, o_.bytes_size);
-      if (size <= kMaxLineTableBytes) {
-        if (auto data = mem_.read(table + o_.bytes_data, size)) info.linetable = std::move(*data);
-      }
-    }
-    info.ok = true;
-    return info;
-  }
-
-  int line(const CodeInfo& c, int64_t byte_offset) const {
-    if (byte_offset >= (int64_t{1} << 30)) return 0;
-    const uint8_t* t = c.linetable.data();
-    size_t n = c.linetable.size();
-    switch (o_.line_table) {
-      case LineTable::Lnotab:
-        return python_linetable::lnotab_line(t, n, c.first_line, byte_offset);
-      case LineTable::Linetable310:
-        return python_linetable::linetable310_line(t, n, c.first_line, byte_offset);
-      case LineTable::Locations:
-        break;
-    }
-    return python_linetable::line_for_offset(t, n, c.first_line, byte_offset);
-  }
-
-  // The frames of one thread state, innermost first.
-  //
-  // python_entry: which frames a C-level _PyEval_EvalFrameDefault call began.
-  // 3.8-3.10 run every frame in its own eval-loop call. 3.11 flags them
-  // (is_entry). 3.12+ instead push a shim frame owned by FRAME_OWNED_BY_CSTACK
-  // below the frame the eval loop was called with (the entry frame's
-  // `previous` is the shim, the shim's `previous` the caller's frame), so the
-  // entry frame is the Python frame just inner to each shim.
-  Result<std::vector<UserFrame>> stack(const std::vector<uint8_t>& tstate) {
-    std::vector<UserFrame> frames;
-    uint64_t frame = 0;
-    if (o_.tstate_cframe) {
-      uint64_t cframe = load_u64(tstate, o_.tstate_cframe);
-      if (cframe == 0) return frames;  // a thread state with no Python code running
-      auto current = read_ptr(cframe + o_.cframe_current_frame, "cframe");
-      if (!current) return make_error(current.error());
-      frame = *current;
-    } else {
-      frame = load_u64(tstate, o_.tstate_frame);
-    }
-    bool objects = o_.layout == FrameLayout::FrameObjects;
-    std::unordered_set<uint64_t> visited;
-    while (frame != 0) {
-      if (frames.size() >= kMaxFrames) break;  // deep recursion: keep the innermost
-      if (!visited.insert(frame).second) return make_error("frame chain loops");
-      auto f = read(frame, o_.frame_read_size, "frame");
-      if (!f) return make_error(f.error());
-      uint64_t next = load_u64(*f, o_.frame_previous);
-      if (objects && type_name(frame) != "frame")
-        return make_error(fmt::format("{:#x} is not a frame object", frame));
-      if (!objects && o_.owner_cstack >= 0 && (*f)[o_.frame_owner] == o_.owner_cstack) {
-        if (!frames.empty()) frames.back().python_entry = true;
-        frame = next;
-        continue;
-      }
-      uint64_t code_addr = load_u64(*f, o_.frame_code);
-      const CodeInfo& c = code(code_addr);
-      if (!c.ok) return make_error(c.error);
-      int64_t offset = 0;
-      if (objects) {
-        // f_lasti: the last instruction started, -1 before the first.
-        offset = static_cast<int64_t>(static_cast<int32_t>(load_u32(*f, o_.frame_lasti))) * o_.lasti_unit;
-      } else {
-        uint64_t instr = load_u64(*f, o_.frame_prev_instr);
-        offset = static_cast<int64_t>(instr - (code_addr + o_.code_adaptive));
-      }
-      UserFrame uf;
-      uf.kind = UserFrame::Kind::Python;
-      uf.function = c.function;
-      uf.file = c.file;
-      uf.line = line(c, offset);
-      uf.python_entry = objects || (o_.frame_is_entry && (*f)[o_.frame_is_entry] != 0);
-      frames.push_back(std::move(uf));
-      frame = next;
-    }
-    return frames;
-  }
-
- private:
-  const MemoryReader& mem_;
-  const PyOffsets& o_;
-  std::unordered_map<uint64_t, CodeInfo> codes_;
-  CodeInfo failed_;
-  std::unordered_map<uint64_t, std::string> type_names_;
-};
+using python::Walker;
 
 std::string stack_error(const std::string& reason) { return "failed to read Python stack: " + reason; }
 
@@ -257,7 +45,7 @@ Result<PyOffsets> offsets_of(const python::RuntimeLocation& loc, const MemoryRea
     offsets = std::move(*debug);
   }
   if (!offsets)
-    return make_error(fmt::format("CPython {}.{} ({}) is not supported (3.8 to 3.13 are)", loc.major,
+    return make_error(fmt::format("CPython {}.{} ({}) is not supported (3.8 to 3.15 are)", loc.major,
                                   loc.minor, loc.binary));
   return *offsets;
 }
@@ -321,6 +109,7 @@ struct TState {
 struct ThreadStates {
   std::vector<TState> tstates;
   size_t interpreters = 0;  // 0: no interpreter (not initialized yet, or finalized)
+  std::vector<uint64_t> interpreter_states;
   std::string first_error;
 };
 
@@ -339,6 +128,7 @@ ThreadStates read_thread_states(Walker& walker, const PyOffsets& o, uint64_t int
       break;
     }
     if (on_interp) on_interp(*is);
+    out.interpreter_states.push_back(interp);
     uint64_t tstate = load_u64(*is, o.interp_threads_head);
     while (tstate != 0 && out.tstates.size() < kMaxThreads) {
       if (!seen_threads.insert(tstate).second) break;
@@ -408,11 +198,25 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
   ProcessMemory mem(pid);
   auto offsets = offsets_of(*loc, mem);
   if (!offsets) return fail_all(p, offsets.error());
-  return walk_python_threads(p, mem, *offsets, loc->runtime);
+  p.python_interpreter =
+      fmt::format("CPython {}{}",
+                  offsets->version_hex ? python::version_name(offsets->version_hex)
+                                       : fmt::format("{}.{}.{}", loc->major, loc->minor, loc->micro),
+                  offsets->free_threaded ? " (free-threaded)" : "");
+  // asyncio's tasks (3.14+): where the _asyncio module is loaded.
+  uint64_t asyncio_debug = 0;
+  if (offsets->gen_iframe) {
+    std::vector<Mapping> own_maps;
+    if (!maps) {
+      if (auto read = fs.maps(pid)) own_maps = std::move(*read);
+    }
+    if (auto found = python::find_asyncio_debug(fs, pid, maps ? *maps : own_maps)) asyncio_debug = *found;
+  }
+  return walk_python_threads(p, mem, *offsets, loc->runtime, asyncio_debug);
 }
 
 std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const PyOffsets& o,
-                                uint64_t runtime_addr) {
+                                uint64_t runtime_addr, uint64_t asyncio_debug) {
   p.python_gils.clear();
   Walker walker(mem, o);
   uint64_t runtime_size = std::max(o.runtime_interpreters_head + 8, o.runtime_gil_locked + 4);
@@ -435,11 +239,13 @@ std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const P
   }
 
   // 3.12+: each interpreter's own GIL.
+  // A free-threaded build runs without one unless something turned it on.
   auto note_gil = [&](const std::vector<uint8_t>& is) {
     if (!o.interp_gil) return;
     uint64_t gil = load_u64(is, o.interp_gil);
-    auto g = walker.read(gil, std::max(o.gil_last_holder + 8, o.gil_locked + 4), "GIL");
+    auto g = walker.read(gil, std::max({o.gil_last_holder + 8, o.gil_locked + 4, o.gil_enabled + 4}), "GIL");
     if (!g) return;
+    if (o.gil_switchable && static_cast<int32_t>(load_u32(*g, o.gil_enabled)) <= 0) return;
     if (std::find(p.python_gils.begin(), p.python_gils.end(), gil) == p.python_gils.end())
       p.python_gils.push_back(gil);
     if (static_cast<int32_t>(load_u32(*g, o.gil_locked)) == 1)
@@ -458,6 +264,10 @@ std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const P
     if (tstate_tids[i] == 0 || it == by_tid.end()) continue;
     ThreadInfo& t = *it->second;
     t.holds_gil = gil_holders.count(tstates[i].addr) > 0;
+    // 3.15 keeps the thread's own word for it, the interpreter's source of
+    // truth; it agrees with _gil.last_holder whenever the GIL is locked.
+    if (o.tstate_holds_gil && !p.python_gils.empty())
+      t.holds_gil = static_cast<int32_t>(load_u32(tstates[i].bytes, o.tstate_holds_gil)) == 1;
     auto frames = walk_thread(walker, o, tstates[i]);
     if (frames) {
       t.python_stack = std::move(*frames);
@@ -466,6 +276,24 @@ std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const P
       t.python_stack.clear();
       t.python_stack_error = stack_error(frames.error());
     }
+  }
+  std::unordered_map<uint64_t, int> tid_of_pthread;
+  std::vector<std::pair<uint64_t, int>> thread_states;
+  for (size_t i = 0; i < tstates.size(); ++i) {
+    if (tstate_tids[i] <= 0) continue;
+    thread_states.emplace_back(tstates[i].addr, tstate_tids[i]);
+    if (o.tstate_thread_id)
+      tid_of_pthread.emplace(load_u64(tstates[i].bytes, o.tstate_thread_id), tstate_tids[i]);
+  }
+  python::find_lock_waits(p, walker, tid_of_pthread);
+  p.asyncio_tasks.clear();
+  p.asyncio_error.clear();
+  if (asyncio_debug) {
+    auto a = python::read_asyncio_offsets(mem, asyncio_debug, o);
+    if (a)
+      python::read_asyncio_tasks(p, walker, *a, thread_states, states.interpreter_states);
+    else
+      p.asyncio_error = a.error();
   }
   return first_error;
 }

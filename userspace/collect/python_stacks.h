@@ -13,12 +13,16 @@
 //
 // Versions (x86_64): CPython 3.8-3.12 with offsets measured with gdb on
 // builds with debug info (3.11 on Debian's 3.11.2, the others on pyenv
-// builds); 3.13 from the _Py_DebugOffsets table CPython keeps at the start of
-// _PyRuntime for out-of-process tools. Other versions get a one-line error.
+// builds); 3.13, 3.14 and 3.15 (default and free-threaded builds) from the
+// _Py_DebugOffsets table CPython keeps at the start of _PyRuntime for
+// out-of-process tools. Other versions get a one-line error. From 3.14 the
+// same reads give the asyncio tasks (python_asyncio.cpp) and the PyMutex a
+// thread parks on (python_locks.cpp).
 //
 // Where each part lives: python_runtime.cpp finds _PyRuntime (on
 // elf_symbols), python_offsets.cpp holds the per-version layouts,
-// python_stacks.cpp walks the thread states and frames. The line-table
+// python_walker.cpp reads objects, code and frames, python_stacks.cpp walks
+// the thread states. The line-table
 // decoders are header-only so that unit tests, which link only
 // hangtrace_core, can exercise them.
 #pragma once
@@ -169,8 +173,10 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
 // the interpreters, their thread states and GILs, and each thread state's
 // frames, read through `mem` (the process, or a memory image: tests/fuzz
 // feeds it fuzzed ones). Fills `p` and returns as collect_python_stacks.
+// `asyncio_debug`: the address of the _asyncio module's debug offsets (3.14+,
+// 0: none), for the process's asyncio tasks.
 std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const python::PyOffsets& o,
-                                uint64_t runtime_addr);
+                                uint64_t runtime_addr, uint64_t asyncio_debug = 0);
 
 // One process's Python stacks one thread at a time, for the on-CPU sampler
 // (cpu_sampler.h): _PyRuntime and the layout are found once, each thread's

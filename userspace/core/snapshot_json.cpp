@@ -211,6 +211,7 @@ json snapshot_to_json(const Snapshot& s) {
     if (p.local_rank) jp["local_rank"] = *p.local_rank;
     if (!p.ns_pids.empty()) jp["ns_pids"] = p.ns_pids;
     if (!p.python_gils.empty()) jp["python_gils"] = p.python_gils;
+    if (!p.python_interpreter.empty()) jp["python_interpreter"] = p.python_interpreter;
     if (!p.container_id.empty() || !p.pod_uid.empty())
       jp["container"] = {{"runtime", p.container_runtime}, {"id", p.container_id}, {"pod_uid", p.pod_uid}};
     if (!p.frozen_cgroup.empty()) jp["frozen_cgroup"] = p.frozen_cgroup;
@@ -273,9 +274,36 @@ json snapshot_to_json(const Snapshot& s) {
       }
       if (!t.native_stack_error.empty()) jt["native_stack_error"] = t.native_stack_error;
       if (t.holds_gil) jt["holds_gil"] = true;
+      if (t.python_lock)
+        jt["python_lock"] = {{"mutex", t.python_lock->mutex},
+                             {"kind", t.python_lock->kind},
+                             {"object", t.python_lock->object},
+                             {"object_type", t.python_lock->object_type},
+                             {"owner_tid", t.python_lock->owner_tid}};
+      if (t.asyncio_loop) jt["asyncio_loop"] = t.asyncio_loop;
+      if (t.asyncio_running_task) jt["asyncio_running_task"] = t.asyncio_running_task;
       threads.push_back(jt);
     }
     jp["threads"] = threads;
+    if (!p.asyncio_tasks.empty()) {
+      json tasks = json::array();
+      for (const auto& task : p.asyncio_tasks) {
+        json coro = json::array();
+        for (const auto& f : task.coroutine_stack) coro.push_back(user_frame_to_json(f));
+        tasks.push_back({{"address", task.address},
+                         {"name", task.name},
+                         {"tid", task.tid},
+                         {"coroutine_stack", coro},
+                         {"awaits", task.awaits},
+                         {"awaits_type", task.awaits_type},
+                         {"awaits_refcount", task.awaits_refcount},
+                         {"awaits_own_refs", task.awaits_own_refs},
+                         {"awaited_by", task.awaited_by},
+                         {"error", task.error}});
+      }
+      jp["asyncio_tasks"] = tasks;
+    }
+    if (!p.asyncio_error.empty()) jp["asyncio_error"] = p.asyncio_error;
     json fds = json::array();
     for (const auto& f : p.fds) {
       json epoll = json::array();
@@ -379,6 +407,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       p.role = role_from_name(jp.value("role", std::string("descendant")));
       get_if(jp, "is_python", p.is_python);
       get_if(jp, "python_gils", p.python_gils);
+      get_if(jp, "python_interpreter", p.python_interpreter);
       get_if(jp, "netns", p.netns);
       get_if(jp, "mntns", p.mntns);
       get_if(jp, "children", p.children);
@@ -465,8 +494,38 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         }
         get_if(jt, "native_stack_error", t.native_stack_error);
         get_if(jt, "holds_gil", t.holds_gil);
+        if (jt.contains("python_lock") && jt.at("python_lock").is_object()) {
+          const json& l = jt.at("python_lock");
+          PythonLockWait lock;
+          get_if(l, "mutex", lock.mutex);
+          get_if(l, "kind", lock.kind);
+          get_if(l, "object", lock.object);
+          get_if(l, "object_type", lock.object_type);
+          get_if(l, "owner_tid", lock.owner_tid);
+          t.python_lock = std::move(lock);
+        }
+        get_if(jt, "asyncio_loop", t.asyncio_loop);
+        get_if(jt, "asyncio_running_task", t.asyncio_running_task);
         p.threads.push_back(std::move(t));
       }
+      for (const auto& jtask : jp.value("asyncio_tasks", json::array())) {
+        if (!jtask.is_object()) continue;
+        AsyncioTask task;
+        get_if(jtask, "address", task.address);
+        get_if(jtask, "name", task.name);
+        get_if(jtask, "tid", task.tid);
+        for (const auto& jf : jtask.value("coroutine_stack", json::array()))
+          if (jf.is_object())
+            task.coroutine_stack.push_back(user_frame_from_json(jf, UserFrame::Kind::Python));
+        get_if(jtask, "awaits", task.awaits);
+        get_if(jtask, "awaits_type", task.awaits_type);
+        get_if(jtask, "awaits_refcount", task.awaits_refcount);
+        get_if(jtask, "awaits_own_refs", task.awaits_own_refs);
+        get_if(jtask, "awaited_by", task.awaited_by);
+        get_if(jtask, "error", task.error);
+        p.asyncio_tasks.push_back(std::move(task));
+      }
+      get_if(jp, "asyncio_error", p.asyncio_error);
       for (const auto& jf : jp.value("fds", json::array())) {
         FdEntry f;
         f.fd = as<int>(jf.at("fd"));

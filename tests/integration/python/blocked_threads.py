@@ -4,7 +4,8 @@ The main thread blocks in lock.acquire() inside inner() called from outer();
 a second thread blocks in queue.get(). The READY line gives the tids and the
 line numbers (read with inspect, so the test hard-codes none):
   READY pid=P main_tid=T main_line=L outer_line=L2 main_call_line=L0
-        worker_tid=W worker_line=L3 py_minor=M
+        worker_tid=W worker_line=L3 py_minor=M gil=G
+(gil=0: a free-threaded build running without the GIL).
 With --spin, a third thread runs a pure-Python loop (so it holds the GIL) and
 the line gains spin_tid=S spin_line=L4. Runs on CPython 3.8 and later (no
 newer syntax).
@@ -59,7 +60,7 @@ def inner():
     if spin_tid:
         extra = " spin_tid=%d spin_line=%d" % (spin_tid[0], line_of("SPIN", spin))
     print(
-        "READY pid=%d main_tid=%d main_line=%d outer_line=%d main_call_line=%d worker_tid=%d worker_line=%d py_minor=%d%s"
+        "READY pid=%d main_tid=%d main_line=%d outer_line=%d main_call_line=%d worker_tid=%d worker_line=%d py_minor=%d gil=%d%s"
         % (
             os.getpid(),
             threading.get_native_id(),
@@ -69,6 +70,7 @@ def inner():
             worker_tid[0],
             line_of("BLOCK-WORKER", consume),
             sys.version_info[1],
+            getattr(sys, "_is_gil_enabled", lambda: True)(),
             extra,
         ),
         flush=True,

@@ -88,6 +88,8 @@ std::string GraphBuilder::futex_object(const ProcessInfo& p, const ThreadInfo& t
   FutexOp op = decode_futex_op(t.syscall.nr == HT_NR_futex ? static_cast<uint32_t>(t.syscall.args[1]) : 0);
   if (t.syscall.nr == HT_NR_futex && !op.is_wait) return "";
 
+  if (t.python_lock && t.syscall.nr == HT_NR_futex) return python_lock_object(p, *t.python_lock, w);
+
   // A futex in a shared mapping is keyed by the backing object, so waits in
   // different processes on one lock meet in one node (as the kernel's
   // futex hash does); anything else is keyed by the process.
@@ -122,6 +124,40 @@ std::string GraphBuilder::futex_object(const ProcessInfo& p, const ThreadInfo& t
   w.summary = fmt::format("waits on {}{}", o.label,
                           lock.owner ? fmt::format(" held by TID {}", *lock.owner) : std::string());
   if (where.shared) o.holder_pids.push_back(p.pid);
+  return id;
+}
+
+// A thread parked on a PyMutex (CPython 3.14+): its futex is a semaphore of
+// its own, so the lock is the node every waiter of it meets in. A Lock
+// records no owner (any thread may release it); an RLock does.
+std::string GraphBuilder::python_lock_object(const ProcessInfo& p, const PythonLockWait& lock,
+                                             ThreadWait& w) {
+  const std::string id = fmt::format("pylock:{}:{:#x}", p.pid, lock.mutex);
+  std::string label;
+  if (lock.kind == "critical section")
+    label = fmt::format("critical section on {} {:#x} in {}", lock.object_type, lock.object,
+                        process_label(p.pid));
+  else if (lock.object)
+    label = fmt::format("{} {:#x} in {}", lock.kind, lock.object, process_label(p.pid));
+  else
+    label = fmt::format("{} {:#x} in {}", lock.kind, lock.mutex, process_label(p.pid));
+  WaitObject& o = object(id, ObjectKind::Futex, label);
+  if (!o.futex) {
+    FutexLocation where;
+    where.address = lock.mutex;
+    where.pid = p.pid;
+    o.futex = where;
+    if (lock.kind == "threading.Lock")
+      o.notes.push_back("a threading.Lock records no owner: any thread of the process may release it");
+    else if (lock.kind == "critical section")
+      o.notes.push_back(
+          fmt::format("the per-object lock of a free-threaded build: held by a thread inside a critical "
+                      "section on that {}",
+                      lock.object_type));
+  }
+  if (lock.owner_tid) o.owner_tid = lock.owner_tid;
+  w.summary = fmt::format("waits on {}{}", o.label,
+                          lock.owner_tid ? fmt::format(" held by TID {}", lock.owner_tid) : std::string());
   return id;
 }
 

@@ -50,6 +50,7 @@ class GraphBuilder {
   // ---- futex_objects.cpp ------------------------------------------------------
   // The futex `t` waits on ("" for a futex call that does not wait).
   std::string futex_object(const ProcessInfo& p, const ThreadInfo& t, ThreadWait& w);
+  std::string python_lock_object(const ProcessInfo& p, const PythonLockWait& lock, ThreadWait& w);
   void resolve_futex_releasers(WaitObject& o);
   void release_by_owner(WaitObject& o, const FutexLocation& where, int owner);
   void release_by_any_thread(WaitObject& o, const FutexLocation& where);

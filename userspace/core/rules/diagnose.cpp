@@ -17,12 +17,13 @@ constexpr Rule kHostRules[] = {
     rules::io_stuck_findings,        // io-stuck
     rules::terminal_findings,        // orphaned-lock, dead-peer
     rules::deadlock_cycle_findings,  // deadlock-cycle
+    rules::asyncio_findings,         // asyncio-cycle, asyncio-orphan-future, asyncio-loop-blocked
     rules::dns_wait_findings,        // dns-wait
     rules::network_wait_findings,    // network-wait
     rules::shm_exhausted_findings,   // shm-exhausted
     rules::process_killed_findings,  // process-killed (live)
     rules::memory_growth_findings,   // memory-growth (live)
-    rules::slow_job_findings,        // data-starved, io-bound, lock-contention, collective-skew, gpu-idle (live)
+    rules::slow_job_findings,  // data-starved, io-bound, lock-contention, collective-skew, gpu-idle (live)
 };
 
 // The rules that pair the GPU side with the host: they point into the host

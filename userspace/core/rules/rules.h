@@ -19,6 +19,10 @@ namespace hangtrace::rules {
 Knot find_knot(const WaitGraph& graph);
 std::vector<Finding> deadlock_cycle_findings(const RuleContext& ctx);
 
+// asyncio.cpp (CPython 3.14+ tasks): asyncio-cycle, asyncio-orphan-future,
+// asyncio-loop-blocked.
+std::vector<Finding> asyncio_findings(const RuleContext& ctx);
+
 // pool.cpp: pool-self-wait (a thread pool whose tasks wait on the same pool).
 std::vector<Finding> pool_self_wait_findings(const RuleContext& ctx);
 

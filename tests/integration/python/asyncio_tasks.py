@@ -1,0 +1,92 @@
+"""asyncio tasks stuck on each other, for python_stacks_test.
+
+Tasks "alpha" and "beta" await each other (a cycle); "orphan" awaits a future
+nothing else refers to; "held" awaits a future kept in a global (someone
+could still set it); "parent" awaits a gather of "child-1" and "child-2",
+which sleep. The loop then idles in epoll_wait. With --block the main task
+finally calls time.sleep() inside the loop (a blocked loop). The READY line:
+  READY pid=P tid=T alpha_line=L1 beta_line=L2 orphan_line=L3 py_minor=M
+Runs on CPython 3.8 and later (3.8 syntax); the task graph is read from 3.14.
+"""
+import asyncio
+import inspect
+import os
+import sys
+import threading
+import time
+
+HELD = []
+# Tasks are kept here: asyncio holds only weak references to them, and a task
+# whose future nothing refers to is otherwise garbage.
+TASKS = []
+
+
+def line_of(marker, func):
+    lines, first = inspect.getsourcelines(func)
+    for i, text in enumerate(lines):
+        if "# " + marker in text:
+            return first + i
+    raise RuntimeError(marker)
+
+
+async def alpha(other):
+    await asyncio.sleep(0)
+    await other[0]  # AWAIT-ALPHA
+
+
+async def beta(other):
+    await asyncio.sleep(0)
+    await other[0]  # AWAIT-BETA
+
+
+async def orphan():
+    fut = asyncio.get_running_loop().create_future()
+    await fut  # AWAIT-ORPHAN
+
+
+async def held():
+    fut = asyncio.get_running_loop().create_future()
+    HELD.append(fut)
+    await fut
+
+
+async def child():
+    await asyncio.sleep(3600)
+
+
+async def parent():
+    await asyncio.gather(
+        asyncio.create_task(child(), name="child-1"), asyncio.create_task(child(), name="child-2")
+    )
+
+
+async def main():
+    a_box, b_box = [], []
+    a = asyncio.create_task(alpha(b_box), name="alpha")
+    b = asyncio.create_task(beta(a_box), name="beta")
+    a_box.append(a)
+    b_box.append(b)
+    TASKS.extend([a, b])
+    TASKS.append(asyncio.create_task(orphan(), name="orphan"))
+    TASKS.append(asyncio.create_task(held(), name="held"))
+    TASKS.append(asyncio.create_task(parent(), name="parent"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    print(
+        "READY pid=%d tid=%d alpha_line=%d beta_line=%d orphan_line=%d py_minor=%d"
+        % (
+            os.getpid(),
+            threading.get_native_id(),
+            line_of("AWAIT-ALPHA", alpha),
+            line_of("AWAIT-BETA", beta),
+            line_of("AWAIT-ORPHAN", orphan),
+            sys.version_info[1],
+        ),
+        flush=True,
+    )
+    if "--block" in sys.argv:
+        time.sleep(3600)  # BLOCK-LOOP
+    await asyncio.sleep(3600)
+
+
+asyncio.run(main())
