@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string_view>
+#include <functional>
 #include <vector>
 
 #include "hangtrace/model.h"
@@ -30,5 +31,10 @@ std::vector<UserFrame> merged_user_stack(const ThreadInfo& thread);
 
 // "name (file:line)" for Python, "name" for native ("0x<addr>" when unnamed).
 std::string user_frame_text(const UserFrame& frame);
+
+// Frames innermost first, " <- " between them, at most `limit` of them (then
+// "<- ... (N more)"), each as `text` writes it.
+std::string frames_text(const std::vector<UserFrame>& frames, size_t limit,
+                        const std::function<std::string(const UserFrame&)>& text = user_frame_text);
 
 }  // namespace hangtrace

@@ -11,15 +11,9 @@
 namespace hangtrace {
 namespace {
 
+using testing::of_kind;
 using testing::py;
 using testing::SnapshotBuilder;
-
-std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
-  std::vector<const Finding*> out;
-  for (const auto& f : d.findings)
-    if (f.kind == kind) out.push_back(&f);
-  return out;
-}
 
 AsyncioTask task(uint64_t address, const std::string& name, uint64_t awaits, std::vector<uint64_t> awaited_by,
                  int line) {

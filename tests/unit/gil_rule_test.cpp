@@ -14,6 +14,7 @@ namespace hangtrace {
 namespace {
 
 using testing::native;
+using testing::of_kind;
 using testing::py;
 using testing::SnapshotBuilder;
 
@@ -21,13 +22,6 @@ constexpr uint64_t kGil = 0xa5b740;       // _PyRuntime.ceval.gil
 constexpr uint64_t kGilCond = kGil + 48;  // the futex word of gil->cond
 constexpr uint64_t kPipe = 7000;
 constexpr const char* kPython = "/usr/bin/python3.11";
-
-std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
-  std::vector<const Finding*> out;
-  for (const auto& f : d.findings)
-    if (f.kind == kind) out.push_back(&f);
-  return out;
-}
 
 // A thread in take_gil: a condition wait on gil->cond with the 5 ms interval.
 ThreadInfo& gil_waiter(SnapshotBuilder& b, int pid, int tid) {

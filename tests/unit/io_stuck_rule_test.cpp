@@ -15,14 +15,8 @@
 namespace hangtrace {
 namespace {
 
+using testing::of_kind;
 using testing::SnapshotBuilder;
-
-std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
-  std::vector<const Finding*> out;
-  for (const auto& f : d.findings)
-    if (f.kind == kind) out.push_back(&f);
-  return out;
-}
 
 void stack(ThreadInfo& t, std::initializer_list<const char*> frames) {
   for (const char* f : frames)

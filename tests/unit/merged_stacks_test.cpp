@@ -41,6 +41,23 @@ TEST(MergedStacks, EvalFramesAreReplacedByTheirRunOfPythonFrames) {
                                       "_try_get_data", "method_vectorcall", "run", "main"}));
 }
 
+TEST(MergedStacks, TailCallHandlersAreOneActivationWithTheirLoop) {
+  // 3.14 --with-tail-call-interp: the running handler above the loop that
+  // entered it; one activation, replaced once. A handler alone (the loop
+  // function tail-called away) is one too.
+  std::vector<UserFrame> n = {native("read"),
+                              native("_TAIL_CALL_CALL"),
+                              native("_PyEval_EvalFrameDefault"),
+                              native("method_vectorcall"),
+                              native("_TAIL_CALL_CALL_KW"),
+                              native("main")};
+  std::vector<UserFrame> p = {py("Queue.get", 180, false), py("_try_get_data", 1133, true),
+                              py("run", 12, true)};
+  EXPECT_EQ(names(merge_user_stack(n, p)), (std::vector<std::string>{"read", "Queue.get", "_try_get_data",
+                                                                     "method_vectorcall", "run", "main"}));
+  EXPECT_TRUE(is_python_eval_frame("_TAIL_CALL_LOAD_ATTR"));
+}
+
 TEST(MergedStacks, LeftoverPythonFramesGoOutermost) {
   std::vector<UserFrame> n = {native("read"), native("_PyEval_EvalFrameDefault")};
   std::vector<UserFrame> p = {py("inner", 3, true), py("outer", 9, true)};

@@ -85,7 +85,6 @@ inline ThreadInfo thread_on_cpu(int tid, const std::string& comm, uint64_t cpu_n
   return t;
 }
 
-// A snapshot of target `target`, built process by process.
 // The findings of `kind` in a diagnosis, in report order.
 inline std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind) {
   std::vector<const Finding*> out;
@@ -94,6 +93,7 @@ inline std::vector<const Finding*> of_kind(const Diagnosis& d, FindingKind kind)
   return out;
 }
 
+// A snapshot of target `target`, built process by process.
 struct SnapshotBuilder {
   Snapshot s;
 

@@ -5,11 +5,21 @@
 
 namespace hangtrace {
 
+namespace {
+
+// 3.14's tail-call interpreter (--with-tail-call-interp, clang 19+) runs each
+// instruction in a handler of its own, _TAIL_CALL_<OP>, the handlers
+// tail-calling each other: the one running stands in the stack above the
+// _PyEval_EvalFrameDefault that entered them (or in its place).
+bool tail_call_handler(std::string_view function) { return function.substr(0, 11) == "_TAIL_CALL_"; }
+
+}  // namespace
+
 bool is_python_eval_frame(std::string_view function) {
-  // 3.8-3.13 all run bytecode in _PyEval_EvalFrameDefault; a build with
+  // 3.8-3.14 run bytecode in _PyEval_EvalFrameDefault; a build with
   // computed gotos may add a ".cold" part, and LTO a ".lto_priv.N" suffix.
   std::string_view base = function.substr(0, function.find('.'));
-  return base == "_PyEval_EvalFrameDefault";
+  return base == "_PyEval_EvalFrameDefault" || tail_call_handler(function);
 }
 
 std::vector<UserFrame> merge_user_stack(const std::vector<UserFrame>& native,
@@ -21,7 +31,13 @@ std::vector<UserFrame> merge_user_stack(const std::vector<UserFrame>& native,
   std::vector<UserFrame> out;
   out.reserve(native.size() + python.size());
   size_t next = 0;
-  for (const auto& f : native) {
+  for (size_t i = 0; i < native.size(); ++i) {
+    const UserFrame& f = native[i];
+    // One activation of the loop: its handler and the loop function, or the
+    // handler alone; the outermost of them takes the Python frames.
+    if (tail_call_handler(f.function) && i + 1 < native.size() &&
+        is_python_eval_frame(native[i + 1].function))
+      continue;
     if (!is_python_eval_frame(f.function) || next >= python.size()) {
       out.push_back(f);
       continue;
@@ -48,6 +64,17 @@ std::string user_frame_text(const UserFrame& f) {
   }
   if (!f.function.empty()) return f.function;
   return fmt::format("0x{:x}", f.addr);
+}
+
+std::string frames_text(const std::vector<UserFrame>& frames, size_t limit,
+                        const std::function<std::string(const UserFrame&)>& text) {
+  std::string out;
+  for (size_t i = 0; i < frames.size() && i < limit; ++i) {
+    if (i) out += " <- ";
+    out += text(frames[i]);
+  }
+  if (frames.size() > limit) out += fmt::format(" <- ... ({} more)", frames.size() - limit);
+  return out;
 }
 
 }  // namespace hangtrace

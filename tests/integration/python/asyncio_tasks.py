@@ -9,24 +9,17 @@ finally calls time.sleep() inside the loop (a blocked loop). The READY line:
 Runs on CPython 3.8 and later (3.8 syntax); the task graph is read from 3.14.
 """
 import asyncio
-import inspect
 import os
 import sys
 import threading
 import time
 
+from markers import line_of
+
 HELD = []
 # Tasks are kept here: asyncio holds only weak references to them, and a task
 # whose future nothing refers to is otherwise garbage.
 TASKS = []
-
-
-def line_of(marker, func):
-    lines, first = inspect.getsourcelines(func)
-    for i, text in enumerate(lines):
-        if "# " + marker in text:
-            return first + i
-    raise RuntimeError(marker)
 
 
 async def alpha(other):

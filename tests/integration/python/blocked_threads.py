@@ -10,11 +10,12 @@ With --spin, a third thread runs a pure-Python loop (so it holds the GIL) and
 the line gains spin_tid=S spin_line=L4. Runs on CPython 3.8 and later (no
 newer syntax).
 """
-import inspect
 import os
 import queue
 import sys
 import threading
+
+from markers import line_in_file, line_of
 
 LOCK = threading.Lock()
 LOCK.acquire()
@@ -23,22 +24,6 @@ started = threading.Event()
 worker_tid = []
 spin_tid = []
 spinning = threading.Event()
-
-
-def line_of(marker, func):
-    lines, first = inspect.getsourcelines(func)
-    for i, text in enumerate(lines):
-        if "# " + marker in text:
-            return first + i
-    raise RuntimeError(marker)
-
-
-def line_in_file(marker):
-    with open(__file__) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith("# " + marker):
-                return i
-    raise RuntimeError(marker)
 
 
 def consume():
@@ -66,7 +51,7 @@ def inner():
             threading.get_native_id(),
             line_of("BLOCK-MAIN", inner),
             line_of("CALL-INNER", outer),
-            line_in_file("CALL-OUTER"),
+            line_in_file(__file__, "CALL-OUTER"),
             worker_tid[0],
             line_of("BLOCK-WORKER", consume),
             sys.version_info[1],

@@ -33,18 +33,6 @@ std::string truncate(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
-// Frames innermost first, " <- " between them, at most `limit` of them.
-template <typename Text>
-std::string frames_text(const std::vector<UserFrame>& stack, size_t limit, Text text) {
-  std::string out;
-  for (size_t i = 0; i < stack.size() && i < limit; ++i) {
-    if (i) out += " <- ";
-    out += text(stack[i]);
-  }
-  if (stack.size() > limit) out += fmt::format(" <- ... ({} more)", stack.size() - limit);
-  return out;
-}
-
 // "dataset.py:88 Dataset.__getitem__ <- fetch.py:58 fetch <- ...": file names
 // without their directory.
 std::string python_stack_text(const std::vector<UserFrame>& stack, size_t limit) {

@@ -33,11 +33,9 @@ constexpr size_t kFramesShown = 6;
 constexpr size_t kCyclesPerProcess = 8;
 constexpr size_t kOrphansPerProcess = 8;
 
-std::string frames_text(const std::vector<UserFrame>& frames) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < frames.size() && i < kFramesShown; ++i) parts.push_back(user_frame_text(frames[i]));
-  if (frames.size() > kFramesShown) parts.push_back(fmt::format("... {} more", frames.size() - kFramesShown));
-  return parts.empty() ? "(running)" : fmt::format("{}", fmt::join(parts, " <- "));
+// A task's suspended coroutines; none while it runs.
+std::string coroutines_text(const std::vector<UserFrame>& frames) {
+  return frames.empty() ? "(running)" : frames_text(frames, kFramesShown);
 }
 
 class AwaitGraph {
@@ -134,7 +132,7 @@ void cycle_findings(const RuleContext& ctx, const ProcessInfo& p, const AwaitGra
     for (uint64_t node : cycle)
       if (const AsyncioTask* t = g.task(node))
         f.evidence.push_back(
-            fmt::format("{} suspended at {}", task_label(*t), frames_text(t->coroutine_stack)));
+            fmt::format("{} suspended at {}", task_label(*t), coroutines_text(t->coroutine_stack)));
     for (int tid : tids) ctx.add_thread_evidence(f, tid);
     f.advice = {
         "Break the cycle: a task must not await (directly, or through gather/TaskGroup/wait_for) a task that "
@@ -171,7 +169,8 @@ void orphan_findings(const RuleContext& ctx, const ProcessInfo& p, const AwaitGr
         "task's own): nothing can ever set its result",
         task_label(t), ctx.process_label(p.pid, p.comm), t.awaits_type, t.awaits, t.awaits_refcount);
     f.chain.push_back({task_label(t), "awaits", fmt::format("{} {:#x}", t.awaits_type, t.awaits)});
-    f.evidence.push_back(fmt::format("{} suspended at {}", task_label(t), frames_text(t.coroutine_stack)));
+    f.evidence.push_back(
+        fmt::format("{} suspended at {}", task_label(t), coroutines_text(t.coroutine_stack)));
     for (uint64_t a : t.awaited_by)
       f.evidence.push_back(fmt::format("{} is awaited by {}", task_label(t), node_label(g, a, p)));
     ctx.add_thread_evidence(f, loop_tid(p, t));

@@ -23,12 +23,7 @@ constexpr size_t kListedWaiters = 8;
 // an ordinary short call: a job passes through such states all the time.
 constexpr double kMinHeldS = 1.0;
 
-std::string stack_text(const std::vector<UserFrame>& frames) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < frames.size() && i < kStackFrames; ++i) parts.push_back(user_frame_text(frames[i]));
-  if (frames.size() > kStackFrames) parts.push_back(fmt::format("... {} more", frames.size() - kStackFrames));
-  return fmt::format("{}", fmt::join(parts, " <- "));
-}
+std::string stack_text(const std::vector<UserFrame>& frames) { return frames_text(frames, kStackFrames); }
 
 // The holder's wait and what it leads to: holder -> object -> releaser ->
 // its object -> ..., until a thread that waits on nothing known, a thread
