@@ -70,6 +70,11 @@ TEST(PythonLineTable, OutOfRangeAndMalformed) {
   EXPECT_EQ(python_linetable::line_for_offset({0x00, 0x01}, kFirstLine, 0), 0);
   EXPECT_EQ(python_linetable::line_for_offset({0xf0, 0x40}, kFirstLine, 0), 0);
   EXPECT_EQ(python_linetable::line_for_offset({0xe8}, kFirstLine, 0), 0);
+  // A line delta of 2^36 (varint 2^37: six empty 6-bit chunks, then 2) is
+  // malformed, not summed (a few of them would pass int64).
+  EXPECT_EQ(
+      python_linetable::line_for_offset({0xe8, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x02}, kFirstLine, 0), 0);
+  EXPECT_EQ(python_linetable::line_for_offset({0xe8, 0x04}, kFirstLine, 0), kFirstLine + 2);
   // Every prefix of the real table decodes without crashing.
   for (size_t n = 0; n <= kLineTable.size(); ++n)
     for (int offset = -2; offset < 90; offset += 2)

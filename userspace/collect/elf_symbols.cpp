@@ -113,6 +113,10 @@ int ElfFile::for_each_symbol(Tables tables,
                              const std::function<bool(const Symbol&, const char* name)>& visit) const {
   const size_t sym_size = gelf_fsize(elf_, ELF_T_SYM, 1, EV_CURRENT);
   int read = 0;
+  // An object has at most one table of each type (the ELF spec); a file
+  // whose section headers name many, all over the same bytes, would have
+  // each walked in turn: the first of each is the table.
+  bool seen_symtab = false, seen_dynsym = false;
   for (Elf_Scn* scn = elf_nextscn(elf_, nullptr); scn; scn = elf_nextscn(elf_, scn)) {
     GElf_Shdr shdr;
     if (!gelf_getshdr(scn, &shdr) || shdr.sh_entsize == 0) continue;
@@ -120,6 +124,9 @@ int ElfFile::for_each_symbol(Tables tables,
                   : tables == Tables::Dynsym ? shdr.sh_type == SHT_DYNSYM
                                              : shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM;
     if (!wanted) continue;
+    bool& seen = shdr.sh_type == SHT_SYMTAB ? seen_symtab : seen_dynsym;
+    if (seen) continue;
+    seen = true;
     Elf_Data* data = elf_getdata(scn, nullptr);
     if (!data) continue;
     ++read;

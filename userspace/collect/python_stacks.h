@@ -59,9 +59,13 @@ inline bool read_varint(const uint8_t* data, size_t size, size_t& pos, uint64_t&
   return false;
 }
 
+// A signed varint that is a line delta: a real one is far below 2^31, so a
+// larger one is malformed (and line numbers summed over a bounded table of
+// them cannot overflow).
 inline bool read_svarint(const uint8_t* data, size_t size, size_t& pos, int64_t& value) {
   uint64_t u = 0;
   if (!read_varint(data, size, pos, u)) return false;
+  if ((u >> 1) >= (uint64_t{1} << 31)) return false;
   value = (u & 1) ? -static_cast<int64_t>(u >> 1) : static_cast<int64_t>(u >> 1);
   return true;
 }
