@@ -183,7 +183,7 @@ struct ThreadInfo {
   std::string python_stack_error;
   bool holds_gil = false;
   std::optional<PythonLockWait> python_lock;
-  // 3.14+: the asyncio event loop this thread is running and the task the
+  // 3.11+: the asyncio event loop this thread is running and the task the
   // loop is running now (addresses; 0: none).
   uint64_t asyncio_loop = 0, asyncio_running_task = 0;
   // Innermost first, unwound from the registers the BPF snapshot saved
@@ -193,8 +193,9 @@ struct ThreadInfo {
   std::string native_stack_error;
 };
 
-// One asyncio task of a CPython 3.14+ process, read from outside through the
-// _asyncio module's debug offsets: what `python -m asyncio ps` lists.
+// One asyncio task of a CPython 3.11+ process, read from outside (3.14+
+// through the _asyncio module's debug offsets, 3.11-3.13 from the asyncio
+// module's task registries): what `python -m asyncio ps` lists.
 struct AsyncioTask {
   uint64_t address = 0;
   std::string name;  // "Task-3", or the name it was given
@@ -241,7 +242,7 @@ struct ProcessInfo {
   // "CPython 3.14.7", "CPython 3.14.7 (free-threaded)"; empty when the
   // interpreter's state was not read.
   std::string python_interpreter;
-  std::vector<AsyncioTask> asyncio_tasks;  // 3.14+, bounded (kMaxAsyncioTasks)
+  std::vector<AsyncioTask> asyncio_tasks;  // 3.11+, bounded (kMaxAsyncioTasks)
   std::string asyncio_error;               // why the tasks could not be read ("" when read or none)
   // Where the interpreter keeps each GIL (the address of its struct
   // _gil_runtime_state: _PyRuntime.ceval.gil before 3.12, what each

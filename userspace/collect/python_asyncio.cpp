@@ -34,7 +34,7 @@ namespace {
 
 constexpr size_t kMaxTasksPerList = 4096;
 constexpr size_t kMaxAwaitDepth = 64;
-constexpr uint64_t kMaxSetSlots = 4096;
+constexpr size_t kMaxAwaiters = 4096;
 constexpr uint64_t kMaxTaskObjectBytes = 4096;
 constexpr uint64_t kMaxStateBytes = 1 << 20;
 constexpr uint64_t kMaxFrameSlots = 4096;  // locals + value stack of one coroutine frame
@@ -83,146 +83,144 @@ class TaskReader {
       t.error = bytes.error();
       return t;
     }
-    t.name = name_of(stack_ref_object(load_u64(*bytes, to.task_name)));
+    t.name = task_name(objects_, stack_ref_object(load_u64(*bytes, to.task_name)));
     awaiters(stack_ref_object(load_u64(*bytes, to.task_awaited_by)), (*bytes)[to.task_awaited_by_is_set] != 0,
              t);
-    coroutine_chain(stack_ref_object(load_u64(*bytes, to.task_coro)), t);
+    read_coroutine_chain(w_, stack_ref_object(load_u64(*bytes, to.task_coro)), t);
     return t;
   }
 
  private:
-  // A task's name: a str, or (3.14's lazy default) the int N of "Task-N".
-  std::string name_of(uint64_t object) {
-    if (object == 0) return "";
-    const std::string type = w_.type_name(object);
-    if (type == "str") {
-      auto s = w_.read_unicode(object, "task name");
-      return s ? *s : "";
-    }
-    if (type == "int") {
-      // lv_tag: the digit count from bit 3, the sign in bits 0-1 (0: positive).
-      auto b = w_.read(object, o_.long_digit + 8, "task number");
-      if (!b) return "";
-      uint64_t tag = load_u64(*b, o_.long_tag);
-      uint64_t digits = tag >> 3;
-      if ((tag & 3) != 0 || digits == 0 || digits > 2) return "";
-      uint64_t n = load_u32(*b, o_.long_digit);
-      if (digits == 2) n |= static_cast<uint64_t>(load_u32(*b, o_.long_digit + 4)) << 30;
-      return fmt::format("Task-{}", n);
-    }
-    return "";
-  }
-
   void awaiters(uint64_t awaited_by, bool is_set, AsyncioTask& t) {
     if (awaited_by == 0) return;
     if (!is_set) {
       t.awaited_by.push_back(awaited_by);
       return;
     }
-    auto head = w_.read(awaited_by, std::max({o_.set_used, o_.set_table, o_.set_mask}) + 8, "awaited_by set");
-    if (!head) {
-      t.error = head.error();
+    auto members = objects_.set_members(awaited_by, kMaxAwaiters);
+    if (!members) {
+      t.error = "awaited_by: " + members.error();
       return;
     }
-    const uint64_t table = load_u64(*head, o_.set_table), mask = load_u64(*head, o_.set_mask);
-    if (mask >= kMaxSetSlots) {
-      t.error = fmt::format("awaited_by set of {} slots not read", mask + 1);
-      return;
-    }
-    // setentry {PyObject *key; Py_hash_t hash}; empty slots hold NULL,
-    // deleted ones the dummy key, whose type CPython names "<dummy key> type".
-    auto entries = w_.read(table, (mask + 1) * 16, "awaited_by set table");
-    if (!entries) {
-      t.error = entries.error();
-      return;
-    }
-    for (uint64_t i = 0; i <= mask; ++i) {
-      uint64_t key = load_u64(*entries, i * 16);
-      if (key == 0 || !plausible_pointer(key)) continue;
-      if (w_.type_name(key).rfind("<dummy", 0) == 0) continue;
-      t.awaited_by.push_back(key);
-    }
-  }
-
-  // The coroutines from the task's own down to the innermost, and what that
-  // one awaits.
-  void coroutine_chain(uint64_t coro, AsyncioTask& t) {
-    if (o_.gen_iframe == 0) return;
-    std::vector<UserFrame> outer_first;
-    uint64_t coro_type = 0;
-    // Each suspended frame's locals and value stack, to count the awaited
-    // object's references the chain holds itself.
-    std::vector<std::vector<uint8_t>> slots;
-    for (size_t depth = 0; coro != 0 && depth < kMaxAwaitDepth; ++depth) {
-      auto type = w_.read_ptr(coro + o_.object_type, "coroutine type");
-      if (!type) {
-        t.error = type.error();
-        break;
-      }
-      if (depth == 0) coro_type = *type;
-      // gi_frame_state is an int8 (not aligned): read it with the frame's bytes' owner.
-      auto state = w_.memory().read(coro + o_.gen_frame_state, 1);
-      if (state && state->size() != 1) state = make_error("short read");
-      auto frame = w_.read(coro + o_.gen_iframe, o_.frame_read_size, "coroutine frame");
-      if (!state || !frame) {
-        t.error = !state ? "cannot read the coroutine's state" : frame.error();
-        break;
-      }
-      auto uf = w_.frame_of(*frame);
-      if (!uf) {
-        t.error = uf.error();
-        break;
-      }
-      outer_first.push_back(std::move(*uf));
-      if (static_cast<int8_t>((*state)[0]) != o_.frame_suspended_yield_from)
-        break;  // running, or not awaiting
-      const uint64_t sp = load_u64(*frame, o_.frame_stackpointer);
-      const uint64_t first_slot = coro + o_.gen_iframe + o_.frame_localsplus;
-      if (o_.frame_localsplus && sp > first_slot && sp - first_slot <= kMaxFrameSlots * 8)
-        if (auto b = w_.memory().read(first_slot, sp - first_slot)) slots.push_back(std::move(*b));
-      auto top = w_.read_ptr(sp - 8, "coroutine stack");
-      if (!top) {
-        t.error = top.error();
-        break;
-      }
-      const uint64_t awaitee = stack_ref_object(*top);
-      if (awaitee == 0) break;
-      auto awaitee_type = w_.read_ptr(awaitee + o_.object_type, "awaited object type");
-      if (!awaitee_type) break;
-      const std::string name = w_.type_name(awaitee);
-      if (*awaitee_type == coro_type || name == "coroutine" || name == "generator") {
-        coro = awaitee;
-        continue;
-      }
-      // `await future` suspends on the future's iterator (futureiterobject
-      // {PyObject_HEAD; FutureObj *future;}).
-      uint64_t awaited = awaitee;
-      if (name.size() >= 10 && name.compare(name.size() - 10, 10, "FutureIter") == 0) {
-        if (auto f = w_.read_ptr(awaitee + o_.object_size, "future iterator"); f && plausible_pointer(*f))
-          awaited = *f;
-      }
-      t.awaits = awaited;
-      t.awaits_type = w_.type_name(awaited);
-      {
-        t.awaits_refcount = w_.refcount(awaited);
-        // The task's fut_waiter, and the iterator when there is one.
-        int64_t own = awaited == awaitee ? 1 : 2;
-        for (const auto& frame_slots : slots)
-          for (size_t i = 0; i + 8 <= frame_slots.size(); i += 8)
-            own += stack_ref_object(load_u64(frame_slots, i)) == awaited;
-        t.awaits_own_refs = own;
-      }
-      break;
-    }
-    t.coroutine_stack.assign(outer_first.rbegin(), outer_first.rend());
+    t.awaited_by = std::move(*members);
   }
 
   Walker& w_;
   const PyOffsets& o_;
   const AsyncioDebugOffsets& a_;
+  ObjectReader objects_{w_};
 };
 
+// Whether a suspended coroutine frame waits in an await (yield from): 3.13+
+// say so in its state; 3.11 and 3.12 suspend every yield in one state, and
+// the instruction it resumes at, RESUME with an oparg of 2 or more, tells an
+// await (what _PyGen_yf checks).
+bool suspended_in_await(Walker& w, int8_t state, const std::vector<uint8_t>& frame) {
+  const PyOffsets& o = w.offsets();
+  if (state != o.frame_suspended_yield_from) return false;
+  if (!o.resume_opcode) return true;
+  auto next = w.memory().read(load_u64(frame, o.frame_prev_instr) + 2, 2);
+  if (!next || next->size() != 2) return false;
+  const uint8_t op = (*next)[0], arg = (*next)[1];
+  return (op == o.resume_opcode || (o.instrumented_resume_opcode && op == o.instrumented_resume_opcode)) &&
+         arg >= 2;
+}
+
+// Where a coroutine frame's value stack ends (0: unknown): its stackpointer
+// (3.14+), or localsplus plus its stacktop slots (3.11-3.13).
+uint64_t stack_end(const PyOffsets& o, uint64_t frame_addr, const std::vector<uint8_t>& frame) {
+  if (o.frame_stackpointer) return load_u64(frame, o.frame_stackpointer);
+  if (!o.frame_stacktop) return 0;
+  const auto top = static_cast<int32_t>(load_u32(frame, o.frame_stacktop));
+  if (top <= 0 || static_cast<uint64_t>(top) > kMaxFrameSlots) return 0;
+  return frame_addr + o.frame_localsplus + 8 * static_cast<uint64_t>(top);
+}
+
 }  // namespace
+
+std::string task_name(ObjectReader& objects, uint64_t object) {
+  if (object == 0) return "";
+  const std::string type = objects.walker().type_name(object);
+  if (type == "str") {
+    auto s = objects.walker().read_unicode(object, "task name");
+    return s ? *s : "";
+  }
+  if (type == "int") {
+    auto n = objects.unsigned_int(object);
+    return n ? fmt::format("Task-{}", *n) : "";
+  }
+  return "";
+}
+
+void read_coroutine_chain(Walker& w, uint64_t coro, AsyncioTask& t) {
+  const PyOffsets& o = w.offsets();
+  if (o.gen_iframe == 0) return;
+  std::vector<UserFrame> outer_first;
+  uint64_t coro_type = 0;
+  // Each suspended frame's locals and value stack, to count the awaited
+  // object's references the chain holds itself.
+  std::vector<std::vector<uint8_t>> slots;
+  for (size_t depth = 0; coro != 0 && depth < kMaxAwaitDepth; ++depth) {
+    auto type = w.read_ptr(coro + o.object_type, "coroutine type");
+    if (!type) {
+      t.error = type.error();
+      break;
+    }
+    if (depth == 0) coro_type = *type;
+    // gi_frame_state is an int8 (not aligned): read it with the frame's bytes' owner.
+    auto state = w.memory().read(coro + o.gen_frame_state, 1);
+    if (state && state->size() != 1) state = make_error("short read");
+    const uint64_t frame_addr = coro + o.gen_iframe;
+    auto frame = w.read(frame_addr, o.frame_read_size, "coroutine frame");
+    if (!state || !frame) {
+      t.error = !state ? "cannot read the coroutine's state" : frame.error();
+      break;
+    }
+    auto uf = w.frame_of(*frame);
+    if (!uf) {
+      t.error = uf.error();
+      break;
+    }
+    outer_first.push_back(std::move(*uf));
+    if (!suspended_in_await(w, static_cast<int8_t>((*state)[0]), *frame)) break;  // running, or not awaiting
+    const uint64_t sp = stack_end(o, frame_addr, *frame);
+    const uint64_t first_slot = frame_addr + o.frame_localsplus;
+    if (!o.frame_localsplus || sp <= first_slot || sp - first_slot > kMaxFrameSlots * 8) break;
+    if (auto b = w.memory().read(first_slot, sp - first_slot)) slots.push_back(std::move(*b));
+    auto top = w.read_ptr(sp - 8, "coroutine stack");
+    if (!top) {
+      t.error = top.error();
+      break;
+    }
+    const uint64_t awaitee = stack_ref_object(*top);
+    if (awaitee == 0) break;
+    auto awaitee_type = w.read_ptr(awaitee + o.object_type, "awaited object type");
+    if (!awaitee_type) break;
+    const std::string name = w.type_name(awaitee);
+    if (*awaitee_type == coro_type || name == "coroutine" || name == "generator") {
+      coro = awaitee;
+      continue;
+    }
+    // `await future` suspends on the future's iterator (futureiterobject
+    // {PyObject_HEAD; FutureObj *future;}).
+    uint64_t awaited = awaitee;
+    if (name.size() >= 10 && name.compare(name.size() - 10, 10, "FutureIter") == 0) {
+      if (auto f = w.read_ptr(awaitee + o.object_size, "future iterator"); f && plausible_pointer(*f))
+        awaited = *f;
+    }
+    t.awaits = awaited;
+    t.awaits_type = w.type_name(awaited);
+    t.awaits_refcount = w.refcount(awaited);
+    // The task's fut_waiter, and the iterator when there is one.
+    int64_t own = awaited == awaitee ? 1 : 2;
+    for (const auto& frame_slots : slots)
+      for (size_t i = 0; i + 8 <= frame_slots.size(); i += 8)
+        own += stack_ref_object(load_u64(frame_slots, i)) == awaited;
+    t.awaits_own_refs = own;
+    break;
+  }
+  t.coroutine_stack.assign(outer_first.rbegin(), outer_first.rend());
+}
 
 Result<AsyncioDebugOffsets> read_asyncio_offsets(const MemoryReader& mem, uint64_t address,
                                                  const PyOffsets& o) {

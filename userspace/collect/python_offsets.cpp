@@ -14,6 +14,14 @@ namespace hangtrace::python {
 
 namespace {
 
+// PySetObject {PyObject_HEAD; fill; used; mask; table; ...} in 3.11-3.13
+// (default builds; 3.14+ from the table).
+void set_object_offsets(PyOffsets& o) {
+  o.set_used = o.object_size + 8;
+  o.set_mask = o.object_size + 16;
+  o.set_table = o.object_size + 24;
+}
+
 // CPython 3.8-3.10, measured with gdb on pyenv's 3.8.18, 3.9.18 and 3.10.13
 // (libpython with DWARF): `ptype /o struct _ts`, `ptype /o struct _frame`,
 // `p &((PyCodeObject*)0)->co_name`, `p &((struct pyruntimestate*)0)->ceval.gil`.
@@ -79,6 +87,22 @@ PyOffsets offsets_311() {
   o.code_linetable = 136;
   o.code_adaptive = 184;
   o.code_read_size = 144;
+  // asyncio's task registry (gdb on pyenv's 3.11.7: `p &((PyInterpreterState
+  // *)0)->modules`, `ptype /o PyGenObject`, `p (int)FRAME_SUSPENDED`, ...).
+  o.interp_modules = 888;
+  o.tstate_thread_id = 152;
+  o.frame_stacktop = 64;
+  o.frame_localsplus = 72;
+  o.gen_iframe = 80;
+  o.gen_frame_state = 75;
+  o.frame_suspended_yield_from = -1;  // FRAME_SUSPENDED, then RESUME says whether in an await
+  o.resume_opcode = 151;
+  o.long_tag = 16;  // ob_size
+  o.long_tag_is_size = true;
+  o.long_digit = 24;
+  o.heap_type_cached_keys = 872;
+  o.managed_dict = ManagedDict::Pointers311;
+  set_object_offsets(o);
   return o;
 }
 
@@ -116,6 +140,21 @@ PyOffsets offsets_312() {
   // 3.12 dropped wstr: the ascii data follows a 40-byte header.
   o.unicode_ascii_data = 40;
   o.unicode_compact_data = 56;
+  // asyncio's task registry (gdb on pyenv's 3.12.1, as for 3.11).
+  o.interp_modules = 944;
+  o.tstate_thread_id = 136;
+  o.frame_stacktop = 64;
+  o.frame_localsplus = 72;
+  o.gen_iframe = 72;
+  o.gen_frame_state = 67;
+  o.frame_suspended_yield_from = -1;
+  o.resume_opcode = 151;
+  o.instrumented_resume_opcode = 240;
+  o.long_tag = 16;  // lv_tag
+  o.long_digit = 24;
+  o.heap_type_cached_keys = 880;
+  o.managed_dict = ManagedDict::Tagged312;
+  set_object_offsets(o);
   return o;
 }
 
@@ -289,6 +328,38 @@ Result<PyOffsets> offsets_from_table(const Table& d, int major, int minor) {
   if (ts.thread_id + 8 <= ts.size) {
     o.tstate_thread_id = ts.thread_id;
     o.tstate_read_size = std::max(o.tstate_read_size, ts.thread_id + 8);
+  }
+  // Containers and types, for the objects asyncio's registries are read from.
+  if (within(is.size, {is.imports_modules})) o.interp_modules = is.imports_modules;
+  if (within(d.dict_object.size, {d.dict_object.ma_keys, d.dict_object.ma_values})) {
+    o.dict_keys = d.dict_object.ma_keys;
+    o.dict_values = d.dict_object.ma_values;
+  }
+  if (within(d.list_object.size, {d.list_object.ob_item, d.list_object.ob_size})) {
+    o.sequence_items = d.list_object.ob_item;
+    o.var_size = d.list_object.ob_size;
+  }
+  if (within(d.type_object.size, {d.type_object.tp_flags})) o.type_flags = d.type_object.tp_flags;
+  if (within(d.long_object.size, {d.long_object.lv_tag}) &&
+      d.long_object.ob_digit + 4 <= d.long_object.size) {
+    o.long_tag = d.long_object.lv_tag;
+    o.long_digit = d.long_object.ob_digit;
+  }
+  if (minor == 13 && !o.free_threaded) {
+    // What the 3.13 table leaves out, measured with gdb on pyenv's 3.13.0
+    // (`ptype /o PyGenObject`, `ptype /o struct _PyInterpreterFrame`,
+    // `p (int)FRAME_SUSPENDED_YIELD_FROM`, `ptype /o struct _dictvalues`);
+    // a free-threaded 3.13 lays these out otherwise and is not read.
+    o.frame_stacktop = 64;
+    o.frame_localsplus = fr.localsplus;
+    o.frame_read_size = std::max(o.frame_read_size, o.frame_stacktop + 4);
+    o.gen_iframe = 72;
+    o.gen_frame_state = 67;
+    o.frame_suspended_yield_from = -1;
+    o.dict_values_items = 8;
+    o.heap_type_cached_keys = 880;
+    o.managed_dict = ManagedDict::Inline313;
+    set_object_offsets(o);
   }
   if constexpr (requires { d.gen_object; }) {
     const auto& gen = d.gen_object;

@@ -26,6 +26,9 @@ enum class FrameLayout {
   InterpreterFrames,  // 3.11+: _PyInterpreterFrame.previous chain
 };
 enum class LineTable { Lnotab, Linetable310, Locations };
+// Where a type with Py_TPFLAGS_MANAGED_DICT keeps its instances' attributes
+// (python_objects.cpp has the layouts).
+enum class ManagedDict { None, Pointers311, Tagged312, Inline313 };
 
 // Where the fields the walk needs live, for one CPython minor version on
 // x86_64 (LP64). For the fields only some versions have (the GIL ones, the
@@ -111,7 +114,27 @@ struct PyOffsets {
   int frame_suspended_yield_from = 0;  // the gi_frame_state of a coroutine suspended in an await
   uint64_t set_used = 0, set_table = 0, set_mask = 0;
   uint64_t long_tag = 0, long_digit = 0;  // PyLongObject lv_tag, ob_digit (30-bit digits)
+  bool long_tag_is_size = false;          // 3.11: long_tag is ob_size, the signed digit count
   uint64_t llist_next = 0;                // struct llist_node.next
+  // 3.11-3.13 (0: not known): what the asyncio task registries are read
+  // with where the _asyncio module publishes no table
+  // (python_objects.cpp, python_asyncio_registry.cpp).
+  uint64_t interp_modules = 0;  // sys.modules: interp->modules (3.11), interp->imports.modules (3.12+)
+  uint64_t frame_stacktop = 0;  // int: the value stack's top as an index into localsplus
+  // The opcode a suspended generator resumes at: RESUME with an oparg of 2
+  // or more says it is suspended in an await / yield from (3.11, 3.12: what
+  // _PyGen_yf checks; 3.13 has FRAME_SUSPENDED_YIELD_FROM). 0: not checked.
+  uint8_t resume_opcode = 0, instrumented_resume_opcode = 0;
+  uint64_t var_size = 16;        // PyVarObject.ob_size
+  uint64_t sequence_items = 24;  // PyListObject.ob_item (a pointer), PyTupleObject.ob_item (inline)
+  uint64_t weakref_object = 16;  // PyWeakReference.wr_object
+  uint64_t module_dict = 16;     // PyModuleObject.md_dict
+  uint64_t method_self = 24;     // PyMethodObject.im_self (a bound method's object)
+  uint64_t dict_keys = 32, dict_values = 40;
+  uint64_t dict_values_items = 0;  // PyDictValues.values (3.13: after a 4-byte header)
+  uint64_t type_basicsize = 32, type_flags = 168, type_base = 256, type_dictoffset = 288;
+  uint64_t heap_type_cached_keys = 0;  // PyHeapTypeObject.ht_cached_keys
+  ManagedDict managed_dict = ManagedDict::None;
 };
 
 // The measured table of CPython major.minor (3.8 to 3.12), or none.

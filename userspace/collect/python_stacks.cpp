@@ -203,9 +203,10 @@ std::string collect_python_stacks(ProcessInfo& p, const procfs::ProcFs& fs, int 
                   offsets->version_hex ? python::version_name(offsets->version_hex)
                                        : fmt::format("{}.{}.{}", loc->major, loc->minor, loc->micro),
                   offsets->free_threaded ? " (free-threaded)" : "");
-  // asyncio's tasks (3.14+): where the _asyncio module is loaded.
+  // asyncio's tasks: 3.14+ where the _asyncio module (loaded) says, else
+  // from the asyncio module's registries.
   uint64_t asyncio_debug = 0;
-  if (offsets->gen_iframe) {
+  if (offsets->gen_iframe && offsets->minor >= 14) {
     std::vector<Mapping> own_maps;
     if (!maps) {
       if (auto read = fs.maps(pid)) own_maps = std::move(*read);
@@ -294,6 +295,8 @@ std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const P
       python::read_asyncio_tasks(p, walker, *a, thread_states, states.interpreter_states);
     else
       p.asyncio_error = a.error();
+  } else {
+    python::read_asyncio_registry(p, walker, states.interpreter_states, tid_of_pthread);
   }
   return first_error;
 }

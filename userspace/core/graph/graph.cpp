@@ -310,11 +310,15 @@ void GraphBuilder::finish_objects() {
     o.holder_pids.assign(hp.begin(), hp.end());
     std::set<int> waiter_pids;
     for (int tid : o.waiters) waiter_pids.insert(graph_.tid_to_pid[tid]);
-    o.only_self_holders = releaser_count(o) > 0;
+    // Held (the other end, or the mapping) by the waiters' own processes
+    // alone, whether or not another of their threads could release it.
+    o.only_self_holders = releaser_count(o) > 0 || !o.holder_pids.empty();
     for (int tid : o.releasers)
       if (!waiter_pids.count(graph_.tid_to_pid[tid])) o.only_self_holders = false;
     for (const auto& rp : o.releaser_processes)
       if (!waiter_pids.count(rp.pid)) o.only_self_holders = false;
+    for (int pid : o.holder_pids)
+      if (!waiter_pids.count(pid)) o.only_self_holders = false;
     if (o.kind == ObjectKind::Gil) finish_gil(o);
   }
 }

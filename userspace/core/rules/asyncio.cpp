@@ -1,5 +1,5 @@
 // asyncio: waits the threads' stacks do not show. A process whose threads run
-// an event loop (CPython 3.14+, its tasks read from outside:
+// an event loop (CPython 3.11+, its tasks read from outside:
 // collect/python_asyncio.cpp) can stop with every thread idle in the loop's
 // epoll_wait while its tasks wait on each other:
 //   asyncio-cycle          tasks that await each other, directly or through

@@ -31,6 +31,20 @@ std::string private_lock_key(const WaitObject& o) {
                      o.owner_tid ? std::to_string(*o.owner_tid) : "-");
 }
 
+// An asyncio event loop idles in its selector on its own wake-up channel, a
+// socketpair whose other end it keeps (call_soon_threadsafe and signals,
+// through signal.set_wakeup_fd, write it): no peer went away. What its tasks
+// wait for is the asyncio rules' to say.
+bool event_loops_wake_up(const RuleContext& ctx, const WaitObject& o) {
+  if (o.waiters.empty()) return false;
+  for (int tid : o.waiters) {
+    const ProcessInfo* p = ctx.snap.process(ctx.pid_of(tid));
+    const ThreadInfo* t = p ? p->thread(tid) : nullptr;
+    if (!t || !t->asyncio_loop) return false;
+  }
+  return true;
+}
+
 // Objects whose waiters (some of them in the job) are all stuck and that no
 // thread can release, or only the waiters' own process (a pipe end it never
 // closed).
@@ -49,6 +63,7 @@ void add_unreleasable_objects(const RuleContext& ctx, Groups& groups) {
     bool no_releaser = releaser_count(o) == 0;
     bool self_only = o.only_self_holders && o.kind != ObjectKind::Futex;
     if (!no_releaser && !self_only) continue;
+    if (self_only && event_loops_wake_up(ctx, o)) continue;
     groups[is_private_futex(o) ? private_lock_key(o) : id].ids.push_back(id);
   }
 }
