@@ -63,6 +63,31 @@ TEST(AsyncioRules, TasksAwaitingEachOtherThroughAGatherAreACycle) {
   EXPECT_EQ(of_kind(diagnose(*reloaded), FindingKind::AsyncioCycle).size(), 1u);
 }
 
+// A single-threaded process reading one end of a socketpair whose other end
+// it holds itself: a dead peer "held only by the waiting process itself";
+// unless the thread runs an asyncio loop, for which that socketpair is its
+// own wake-up channel (call_soon_threadsafe, signals), not a peer.
+TEST(AsyncioRules, ALoopsOwnWakeUpSocketpairIsNoDeadPeer) {
+  auto reading_own_socketpair = [](bool runs_loop) {
+    SnapshotBuilder b(300);
+    b.proc(300, 1, ProcessRole::Target);
+    ThreadInfo& t = b.thread(300, 300, 'S', 30.0);
+    testing::in_syscall(t, HT_NR_recvfrom, {4, 0x7f0000, 4096});
+    if (runs_loop) t.asyncio_loop = 0x7000;
+    b.fd(300, 4, FdKind::Socket, 61);
+    b.fd(300, 5, FdKind::Socket, 62);
+    b.s.sockets.push_back({61, 0, "unix", "CONNECTED", "", "", 0, 0, 62, true});
+    b.s.sockets.push_back({62, 0, "unix", "CONNECTED", "", "", 0, 0, 61, true});
+    return diagnose(b.s);
+  };
+  Diagnosis plain = reading_own_socketpair(false);
+  auto dead = of_kind(plain, FindingKind::DeadPeer);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_NE(dead[0]->summary.find("held only by the waiting process itself"), std::string::npos)
+      << dead[0]->summary;
+  EXPECT_TRUE(of_kind(reading_own_socketpair(true), FindingKind::DeadPeer).empty());
+}
+
 TEST(AsyncioRules, AFutureOnlyItsAwaiterRefersToIsOrphaned) {
   SnapshotBuilder b = idle_loop();
   ProcessInfo& p = *b.find(300);
