@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -32,6 +33,13 @@ namespace {
 constexpr size_t kFramesShown = 6;
 constexpr size_t kCyclesPerProcess = 8;
 constexpr size_t kOrphansPerProcess = 8;
+
+// N of the process's "CPython 3.N..." (0: not read).
+int python_minor(const ProcessInfo& p) {
+  int major = 0, minor = 0;
+  const bool read = std::sscanf(p.python_interpreter.c_str(), "CPython %d.%d", &major, &minor) == 2;
+  return read && major == 3 ? minor : 0;
+}
 
 // A task's suspended coroutines; none while it runs.
 std::string coroutines_text(const std::vector<UserFrame>& frames) {
@@ -137,9 +145,11 @@ void cycle_findings(const RuleContext& ctx, const ProcessInfo& p, const AwaitGra
     f.advice = {
         "Break the cycle: a task must not await (directly, or through gather/TaskGroup/wait_for) a task that "
         "awaits it back. Pass results through an asyncio.Queue or Future that one side completes, or give "
-        "the "
-        "waits a timeout (asyncio.timeout) so the cycle surfaces as an error.",
-        "`python3.14 -m asyncio pstree PID` prints the same await graph from outside.",
+        "the waits a timeout (asyncio.timeout) so the cycle surfaces as an error.",
+        python_minor(p) >= 14
+            ? "`python3.14 -m asyncio pstree PID` prints the same await graph from outside."
+            : "In the process, asyncio.all_tasks() and Task.print_stack() show the same tasks and where "
+              "each is suspended (from 3.14 on, `python3.14 -m asyncio pstree PID` does from outside).",
     };
     nlohmann::json nodes = nlohmann::json::array();
     for (uint64_t node : cycle) nodes.push_back(node_label(g, node, p));
