@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hangtrace/analysis.h"
@@ -54,6 +55,8 @@ struct BundleMeta {
   double incident_unix = 0;       // when the trigger happened (the death, the hang's detection)
   double last_progress_unix = 0;  // the job's last sign of progress (0: unknown)
   std::optional<int> rank, world_size, local_rank;
+  // The job the rank belongs to, the same on every host (job_identity.h); "" when none.
+  std::string job_id, job_id_source;
   std::string hangtrace_version;
   std::vector<int> pids;  // the job's processes at the incident
 };
@@ -83,6 +86,25 @@ std::string bundle_dir_name(const BundleMeta& meta);
 // parent fsync'ed. On failure nothing is left behind. Returns the final path.
 Result<std::string> write_bundle(const std::string& parent, const std::string& name,
                                  const BundleContent& content);
+
+// A finished bundle of a directory of bundles.
+struct BundleEntry {
+  std::string name;  // its directory's name: what /bundles/NAME serves
+  std::string path;
+  BundleMeta meta;
+};
+
+// The finished bundles in `parent`, newest first (by created time in their
+// meta.json, then name): real directories this user made, with a plain name
+// (plain_bundle_name) and a meta.json that reads; never a link, a directory
+// another user planted, or a writer's temporary. With `removed_abandoned`,
+// the temporaries of writers that died over a minute ago are removed and
+// counted there.
+Result<std::vector<BundleEntry>> list_bundles(const std::string& parent, size_t* removed_abandoned = nullptr);
+
+// [A-Za-z0-9._-], not starting with a dot: what the daemon names bundles,
+// and all a name from an HTTP request may be.
+bool plain_bundle_name(std::string_view name);
 
 // Keeps the newest `keep` bundles in `parent` (by created time in their
 // meta.json, else the name), removes the rest and any temporary directory

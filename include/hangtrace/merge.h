@@ -29,6 +29,7 @@ struct MergedRank {
   int pid = 0;
   std::string bundle;  // the bundle's path
   std::string cmdline;
+  std::string job_id;          // job_identity.h; "" when its environment names no job
   double sampled_at_unix = 0;  // when its blocked times were read
 
   // Inside a collective: which, on which thread, since when.
@@ -66,8 +67,10 @@ struct FirstStall {
   std::vector<std::string> evidence;  // one line per rank compared, earliest first
 };
 
-// The ranks of one job (same world size and command line).
+// The ranks of one job: the same job id (job_identity.h), or without one the
+// same world size and command line.
 struct MergedJob {
+  std::string job_id;
   std::optional<int> world_size;
   std::string cmdline;
   std::vector<MergedRank> ranks;  // by rank (unranked ones last)

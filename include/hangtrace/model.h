@@ -261,6 +261,9 @@ struct ProcessInfo {
   // torch.distributed identity from the process's initial environment
   // (RANK, WORLD_SIZE, LOCAL_RANK as torchrun sets them); unset when absent.
   std::optional<int> rank, world_size, local_rank;
+  // The job it is a rank of, named the same on every host (job_identity.h:
+  // TORCHELASTIC_RUN_ID, or a hash of the rendezvous); "" when none.
+  std::string job_id, job_id_source;
   // The pid in each pid namespace, the host's first and the container's last
   // (/proc/PID/status NSpid); empty when unknown, one entry outside containers.
   std::vector<int> ns_pids;

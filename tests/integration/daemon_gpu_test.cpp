@@ -22,12 +22,7 @@ struct Scratch : TempDir {
   Scratch() : TempDir("hangtrace-daemon-gpu") { mkfifo(file("sync").c_str(), 0600); }
 };
 
-std::string fetch(const std::string& url) {
-  CommandResult r = run_command(
-      {"/usr/bin/python3", "-c",
-       "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1]).read().decode())", url});
-  return r.out;
-}
+std::string fetch(const std::string& url) { return http_get(url).body; }
 
 double metric_value(const std::string& text, const std::string& series) {
   size_t at = text.find("\n" + series + " ");

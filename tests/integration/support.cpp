@@ -152,6 +152,32 @@ CommandResult run_command(const std::vector<std::string>& argv_in, std::chrono::
   return result;
 }
 
+HttpAnswer http_get(const std::string& url, const std::vector<std::string>& headers) {
+  std::vector<std::string> argv = {"/usr/bin/python3", "-c",
+                                   "import sys, urllib.request, urllib.error\n"
+                                   "req = urllib.request.Request(sys.argv[1])\n"
+                                   "for h in sys.argv[2:]:\n"
+                                   "    k, v = h.split(': ', 1)\n"
+                                   "    req.add_header(k, v)\n"
+                                   "try:\n"
+                                   "    r = urllib.request.urlopen(req, timeout=30)\n"
+                                   "    code, body = r.status, r.read()\n"
+                                   "except urllib.error.HTTPError as e:\n"
+                                   "    code, body = e.code, e.read()\n"
+                                   "sys.stdout.write('%d\\n' % code)\n"
+                                   "sys.stdout.flush()\n"
+                                   "sys.stdout.buffer.write(body)\n",
+                                   url};
+  argv.insert(argv.end(), headers.begin(), headers.end());
+  CommandResult r = run_command(argv);
+  HttpAnswer a;
+  const size_t nl = r.out.find('\n');
+  if (r.exit_code != 0 || nl == std::string::npos) return a;
+  a.status = std::atoi(r.out.substr(0, nl).c_str());
+  a.body = r.out.substr(nl + 1);
+  return a;
+}
+
 std::string repro_path(const std::string& name) { return std::string(HANGTRACE_REPRO_DIR) + "/" + name; }
 std::string hangtrace_path() { return HANGTRACE_BIN; }
 

@@ -66,6 +66,15 @@ struct CommandResult {
 CommandResult run_command(const std::vector<std::string>& argv,
                           std::chrono::seconds timeout = std::chrono::seconds(60));
 
+// GET `url` (python3's urllib: a client that is not ours), with extra
+// request headers ("Name: value"): the status (0 when nothing answered)
+// and the body as bytes.
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+HttpAnswer http_get(const std::string& url, const std::vector<std::string>& headers = {});
+
 std::string repro_path(const std::string& name);  // HANGTRACE_REPRO_DIR/name
 std::string hangtrace_path();                     // HANGTRACE_BIN
 

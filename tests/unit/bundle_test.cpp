@@ -31,6 +31,8 @@ Snapshot rank_snapshot() {
   p.rank = 1;
   p.world_size = 2;
   p.local_rank = 1;
+  p.job_id = "llama-run-1";
+  p.job_id_source = "torchelastic";
   ThreadInfo t;
   t.tid = 4242;
   t.comm = "python3";
@@ -83,6 +85,7 @@ TEST(Bundle, WritesEveryFileAndReadsBack) {
   EXPECT_EQ(c.meta.rank, 1);
   EXPECT_EQ(c.meta.world_size, 2);
   EXPECT_EQ(c.meta.job_cmdline, "python3 train.py");
+  EXPECT_EQ(c.meta.job_id, "llama-run-1");
   std::string name = bundle_dir_name(c.meta);
   EXPECT_EQ(name, "20270115T080000Z-node-7-4242-hang");
   auto path = write_bundle(dir.path, name, c);
@@ -98,6 +101,9 @@ TEST(Bundle, WritesEveryFileAndReadsBack) {
   EXPECT_EQ(b->snapshot.target_pid, 4242);
   ASSERT_EQ(b->snapshot.processes.size(), 1u);
   EXPECT_EQ(b->snapshot.processes[0].rank, 1);
+  EXPECT_EQ(b->meta.job_id, "llama-run-1");
+  EXPECT_EQ(b->meta.job_id_source, "torchelastic");
+  EXPECT_EQ(b->snapshot.processes[0].job_id, "llama-run-1");
   EXPECT_EQ(b->report["target_pid"], 4242);
   EXPECT_EQ(b->recorder["events"][0]["type"], "oom");
   // Only the bundle itself: no temporary directory left beside it.

@@ -226,6 +226,33 @@ TEST(Merge, WarnsWhenBundlesMixJobs) {
   EXPECT_EQ(m.jobs[1].missing.size(), 7u);
 }
 
+// Ranks of one job id (job_identity.h) are one job whatever their command
+// lines; two jobs of the same script and world size are two by their ids.
+TEST(Merge, TheJobIdGroupsRanks) {
+  auto with_id = [](LoadedBundle b, const std::string& id) {
+    b.snapshot.processes[0].job_id = id;
+    b.meta.job_id = id;
+    return b;
+  };
+  MergedReport same = merge_bundles(
+      {with_id(rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), "llama-run-1"),
+       with_id(rank_bundle(1, 2, "b", 300, uploading(0, 41), 0, "/usr/bin/python3 -u /job/train.py --resume"),
+               "llama-run-1")});
+  ASSERT_EQ(same.jobs.size(), 1u) << nlohmann::json(same.warnings).dump(1);
+  EXPECT_EQ(same.jobs[0].job_id, "llama-run-1");
+  EXPECT_TRUE(same.hang);
+  EXPECT_NE(render_merged_text(same).find("job: llama-run-1, world size 2"), std::string::npos)
+      << render_merged_text(same);
+  EXPECT_EQ(merged_report_to_json(same)["jobs"][0]["job_id"], "llama-run-1");
+
+  MergedReport two = merge_bundles({with_id(rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), "run-a"),
+                                    with_id(rank_bundle(1, 2, "b", 300, uploading(0, 41)), "run-b")});
+  ASSERT_EQ(two.jobs.size(), 2u);
+  bool mixed = false;
+  for (const auto& w : two.warnings) mixed |= w.find("the bundles mix 2 jobs (different job ids)") == 0;
+  EXPECT_TRUE(mixed) << nlohmann::json(two.warnings).dump(1);
+}
+
 TEST(Merge, WarnsOnDuplicateRanks) {
   MergedReport m = merge_bundles({rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)),
                                   rank_bundle(0, 2, "a2", 250, in_all_reduce(0, 40)),

@@ -74,9 +74,27 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   if (access(options.bundle_dir.c_str(), W_OK) != 0)
     return make_error(fmt::format("failed to use {}: {}", options.bundle_dir, std::strerror(errno)));
 
-  auto metrics = DaemonMetrics::start(options.metrics_address, d->kernel_release_);
-  if (!metrics) return make_error(metrics.error());
-  d->metrics_ = std::move(*metrics);
+  d->metrics_ = DaemonMetrics::make(d->kernel_release_);
+  if (!options.metrics_address.empty()) {
+    HttpOptions http;
+    http.address = options.metrics_address;
+    http.hostname = d->hostname_;
+    if (options.serve_bundles) {
+      http.bundle_dir = options.bundle_dir;
+      if (!options.bundle_token_file.empty()) {
+        auto token = read_token_file(options.bundle_token_file);
+        if (!token) return make_error(token.error());
+        http.token = std::move(*token);
+      } else if (!loopback_address(options.metrics_address)) {
+        return make_error(fmt::format(
+            "failed to serve bundles on {}: beyond the loopback interface they need --bundle-token-file",
+            options.metrics_address));
+      }
+    }
+    auto served = DaemonHttp::start(http, d->metrics_->registry());
+    if (!served) return make_error(served.error());
+    d->http_ = std::move(*served);
+  }
 
   LiveOptions lo;
   // Steady state: nothing is streamed per wait or per wake. Waits longer
@@ -166,13 +184,15 @@ void Daemon::on_record(const void* data, size_t size) {
 
 int Daemon::run(const std::atomic<bool>& stop, std::atomic<bool>* profile) {
   if (nvml_->usable()) nvml_->start();
-  std::string address = metrics_->bound_address();
+  std::string address = http_ ? http_->bound_address() : "";
+  std::string served = address.empty() ? "off" : "on http://" + address + "/metrics";
+  if (!address.empty() && options_.serve_bundles) served += ", bundles on http://" + address + "/bundles";
   std::fprintf(
       stderr,
       "hangtrace daemon: ready: bundles in %s, metrics %s, hang after %.0f s, %s steady state, SIGUSR1 to "
       "profile for %.0f s\n",
-      options_.bundle_dir.c_str(), address.empty() ? "off" : ("on http://" + address + "/metrics").c_str(),
-      options_.hang_after_s, options_.steady_state.c_str(), options_.profile_seconds);
+      options_.bundle_dir.c_str(), served.c_str(), options_.hang_after_s, options_.steady_state.c_str(),
+      options_.profile_seconds);
   // Bundles a writer that died left half-written, and the retention limit.
   prune_bundles(options_.bundle_dir, options_.keep_bundles);
   auto sink = [this](const void* data, size_t size) { on_record(data, size); };

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon_http.h"
 #include "daemon_metrics.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
@@ -37,6 +38,10 @@ struct DaemonOptions {
   std::string bundle_dir = "/var/lib/hangtrace/bundles";
   size_t keep_bundles = 50;
   std::string metrics_address = "127.0.0.1:9464";  // "" serves none
+  // The bundles read-only next to /metrics (daemon_http.h): off unless asked;
+  // beyond the loopback interface only with a token.
+  bool serve_bundles = false;
+  std::string bundle_token_file;
   double recorder_minutes = 10;
   size_t recorder_records = 20000;      // per job
   size_t recorder_bytes = 8u << 20;     // per job
@@ -90,6 +95,9 @@ class Daemon {
     uint64_t wakeups_from_job = 0;                         // sum of the increases seen
     bool hung = false;
     std::string hang_cause;
+    // Its job id (job_identity.h) and rank, as its last hang bundle found them.
+    std::string job_id;
+    std::optional<int> rank;
     std::vector<Incident> incidents;  // waiting for their due time (the death's records to arrive)
     std::set<std::pair<int, std::string>> incident_seen;  // (pid, trigger): one bundle each
     std::map<int, ProcessMeta> meta;                      // its live processes
@@ -152,6 +160,7 @@ class Daemon {
   std::unique_ptr<daemon::JobMatcher> matcher_;
   std::unique_ptr<LiveTracer> tracer_;
   std::unique_ptr<DaemonMetrics> metrics_;
+  std::unique_ptr<DaemonHttp> http_;  // /metrics, /bundles; none without --metrics
   std::unique_ptr<NvmlSampler> nvml_;
   std::map<int, Job> jobs_;                // by root pid
   std::map<int, int> job_of_;              // pid -> root pid

@@ -97,6 +97,12 @@ Subcommand add_daemon_subcommand(CLI::App& parent) {
       ->check(CLI::Range(1, 100000));
   app->add_option("--metrics", o->metrics_address,
                   "serve Prometheus metrics on HOST:PORT (default 127.0.0.1:9464; '' = off)");
+  app->add_flag("--serve-bundles", o->serve_bundles,
+                "also serve the bundles read-only there: /bundles (an index, JSON), /bundles/NAME (one "
+                "bundle, a tar archive); beyond loopback only with --bundle-token-file");
+  app->add_option("--bundle-token-file", o->bundle_token_file,
+                  "a file (mode 0600) whose first line is the token /bundles requests must carry "
+                  "(Authorization: Bearer TOKEN)");
   app->add_option("--recorder-minutes", o->recorder_minutes,
                   "minutes of each job's significant events kept in memory (default 10)")
       ->check(CLI::Range(0.1, 1440.0));

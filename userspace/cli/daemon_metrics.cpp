@@ -15,8 +15,7 @@ using prometheus::BuildCounter;
 using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
-Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& address,
-                                                            const std::string& kernel) {
+std::unique_ptr<DaemonMetrics> DaemonMetrics::make(const std::string& kernel) {
   std::unique_ptr<DaemonMetrics> m(new DaemonMetrics());
   m->registry_ = std::make_shared<prometheus::Registry>();
   auto& r = *m->registry_;
@@ -33,6 +32,12 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
            .Name("hangtrace_hang_active")
            .Help("Tracked jobs hung now (no progress for --hang-after), by the diagnosis's cause")
            .Register(r);
+  m->job_hung_ = &BuildGauge()
+                      .Name("hangtrace_job_hung")
+                      .Help(
+                          "1 for each tracked job hung now, by its job id (the same on every host), rank and "
+                          "cause; no series for jobs that are not hung")
+                      .Register(r);
   m->hangs_detected_ =
       &BuildCounter().Name("hangtrace_hangs_detected_total").Help("Hangs detected, by cause").Register(r);
   m->bundles_ =
@@ -113,25 +118,7 @@ Result<std::unique_ptr<DaemonMetrics>> DaemonMetrics::start(const std::string& a
   m->dropped_->Add({});
   m->events_->Add({});
   m->bundle_errors_->Add({});
-  if (!address.empty()) {
-    try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
-    } catch (const std::exception& e) {
-      return make_error(fmt::format("failed to serve metrics on {}: {}", address, e.what()));
-    }
-    m->exposer_->RegisterCollectable(m->registry_);
-    m->address_ = address;
-  }
   return m;
-}
-
-std::string DaemonMetrics::bound_address() const {
-  if (!exposer_) return "";
-  auto ports = exposer_->GetListeningPorts();
-  if (ports.empty()) return "";
-  // The host as asked ("0.0.0.0" in a pod), the port as bound (":0" picks one).
-  std::string host = address_.substr(0, address_.rfind(':'));
-  return fmt::format("{}:{}", host.empty() ? "127.0.0.1" : host, ports.front());
 }
 
 void DaemonMetrics::set_jobs(size_t jobs, size_t processes) {
@@ -141,6 +128,16 @@ void DaemonMetrics::set_jobs(size_t jobs, size_t processes) {
 
 void DaemonMetrics::set_hangs_active(const std::map<std::string, int>& by_cause) {
   for (const auto& [cause, n] : by_cause) hang_active_->Add({{"cause", cause}}).Set(n);
+}
+
+void DaemonMetrics::set_jobs_hung(const std::set<HungJob>& hung) {
+  auto labels = [](const HungJob& j) {
+    return prometheus::Labels{{"job_id", j.job_id}, {"rank", j.rank}, {"cause", j.cause}};
+  };
+  for (const auto& j : jobs_hung_)
+    if (!hung.count(j)) job_hung_->Remove(&job_hung_->Add(labels(j)));
+  for (const auto& j : hung) job_hung_->Add(labels(j)).Set(1);
+  jobs_hung_ = hung;
 }
 
 void DaemonMetrics::hang_detected(const std::string& cause) {
@@ -221,10 +218,15 @@ void Daemon::update_metrics(uint64_t now) {
   size_t processes = 0;
   std::map<std::string, int> hung = causes_seen_;
   for (auto& [c, n] : hung) n = 0;
+  std::set<DaemonMetrics::HungJob> jobs_hung;
   for (const auto& [root, job] : jobs_) {
     processes += job.pids.size();
-    if (job.hung) hung[job.hang_cause.empty() ? "no-progress" : job.hang_cause]++;
+    if (!job.hung) continue;
+    const std::string cause = job.hang_cause.empty() ? "no-progress" : job.hang_cause;
+    hung[cause]++;
+    jobs_hung.insert({job.job_id, job.rank ? std::to_string(*job.rank) : "", cause});
   }
+  metrics_->set_jobs_hung(jobs_hung);
   for (const auto& [c, n] : hung) causes_seen_[c] = 0;
   metrics_->set_jobs(jobs_.size(), processes);
   size_t records = 0, bytes = 0;

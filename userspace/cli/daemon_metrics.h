@@ -4,13 +4,13 @@
 #pragma once
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,12 +21,20 @@ namespace hangtrace::cli {
 
 class DaemonMetrics {
  public:
-  // Serves on `address` ("127.0.0.1:9464"); "" builds the metrics but serves nothing.
-  static Result<std::unique_ptr<DaemonMetrics>> start(const std::string& address, const std::string& kernel);
+  // The registry of every metric (daemon_http.cpp serves it).
+  static std::unique_ptr<DaemonMetrics> make(const std::string& kernel);
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   void set_jobs(size_t jobs, size_t processes);
   // Jobs hung now, by cause (every cause seen keeps its series, at 0 when none is hung).
   void set_hangs_active(const std::map<std::string, int>& by_cause);
+  // One series per job hung now, (job id, rank, cause): those of jobs no
+  // longer hung are removed, so the labels stay bounded by the hung jobs.
+  struct HungJob {
+    std::string job_id, rank, cause;
+    auto operator<=>(const HungJob&) const = default;
+  };
+  void set_jobs_hung(const std::set<HungJob>& hung);
   void hang_detected(const std::string& cause);
   void bundle_written(const std::string& trigger);
   void bundle_failed();
@@ -44,14 +52,14 @@ class DaemonMetrics {
   // The hooks on every syscall, switch and wakeup: attached now or not, and how often they were.
   void set_exact_hooks(bool attached, uint64_t attachments);
   void sample_took(double seconds, size_t threads);
-  std::string bound_address() const;  // "127.0.0.1:9464", the port the kernel picked for ":0"
 
  private:
   DaemonMetrics() = default;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Gauge>* jobs_ = nullptr;
   prometheus::Family<prometheus::Gauge>* hang_active_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_hung_ = nullptr;
+  std::set<HungJob> jobs_hung_;
   prometheus::Family<prometheus::Counter>* hangs_detected_ = nullptr;
   prometheus::Family<prometheus::Counter>* bundles_ = nullptr;
   prometheus::Family<prometheus::Counter>* bundle_errors_ = nullptr;
@@ -69,7 +77,6 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* exact_attachments_ = nullptr;
   prometheus::Family<prometheus::Gauge>* sample_ = nullptr;
   uint64_t attachments_seen_ = 0;
-  std::string address_;
   uint64_t events_seen_ = 0, dropped_seen_ = 0;
   double cpu_seen_ = 0;
 };

@@ -183,7 +183,11 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
     meta.job_comm = job.comm;
     meta.job_cmdline = job.cmdline;
   }
-  if (trigger == "hang") job.hang_cause = meta.cause;
+  if (trigger == "hang") {
+    job.hang_cause = meta.cause;
+    job.job_id = meta.job_id;
+    job.rank = meta.rank;
+  }
   if (trigger == "hang") metrics_->hang_detected(meta.cause);
   nlohmann::json recorder = job.recorder->to_json(offset);
   // Who woke whom in the job, counted in the kernel since it was tracked

@@ -28,6 +28,7 @@
 #include "hangtrace/deadline.h"
 #include "hangtrace/jobs.h"
 #include "hangtrace/collectives.h"
+#include "hangtrace/job_identity.h"
 #include "netlink_diag.h"
 #include "python_stacks.h"
 #include "hangtrace/text.h"
@@ -194,6 +195,9 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
         p.rank = identity.rank;
         p.world_size = identity.world_size;
         p.local_rank = identity.local_rank;
+        JobIdentity job = job_identity(*environ_bytes, p.cmdline);
+        p.job_id = std::move(job.id);
+        p.job_id_source = std::move(job.source);
       }
     }
   }

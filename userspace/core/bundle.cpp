@@ -86,6 +86,8 @@ BundleMeta bundle_meta_for(const Snapshot& snap, const Diagnosis& d, const std::
     m.rank = p->rank;
     m.world_size = p->world_size;
     m.local_rank = p->local_rank;
+    m.job_id = p->job_id;
+    m.job_id_source = p->job_id_source;
   }
   for (const auto& p : snap.processes)
     if (p.role != ProcessRole::Peer) m.pids.push_back(p.pid);
@@ -111,6 +113,8 @@ json bundle_meta_to_json(const BundleMeta& m) {
           {"rank", opt(m.rank)},
           {"world_size", opt(m.world_size)},
           {"local_rank", opt(m.local_rank)},
+          {"job_id", m.job_id},
+          {"job_id_source", m.job_id_source},
           {"hangtrace_version", m.hangtrace_version},
           {"pids", m.pids}};
 }
@@ -146,6 +150,8 @@ Result<BundleMeta> bundle_meta_from_json(const json& j) {
   opt("rank", m.rank);
   opt("world_size", m.world_size);
   opt("local_rank", m.local_rank);
+  str("job_id", m.job_id);
+  str("job_id_source", m.job_id_source);
   str("hangtrace_version", m.hangtrace_version);
   if (auto it = j.find("pids"); it != j.end() && it->is_array())
     for (const auto& p : *it)
@@ -233,37 +239,53 @@ Result<std::string> write_bundle(const std::string& parent, const std::string& n
   return final_path;
 }
 
-Result<size_t> prune_bundles(const std::string& parent, size_t keep) {
+Result<std::vector<BundleEntry>> list_bundles(const std::string& parent, size_t* removed_abandoned) {
   std::error_code ec;
-  std::vector<std::pair<double, std::string>> bundles;  // (created, path)
-  size_t removed = 0;
+  std::vector<BundleEntry> out;
   for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
     // Only real directories this user made: a link or a directory another
-    // user planted among the bundles is never deleted (nor followed).
+    // user planted among the bundles is never listed, deleted or followed.
     struct stat st {};
     if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
     std::string name = entry.path().filename().string();
     if (name.starts_with(kTempPrefix)) {
       // A writer that died mid-bundle; a live writer's directory is younger than a minute.
       auto age = std::filesystem::file_time_type::clock::now() - entry.last_write_time(ec);
-      if (!ec && age > std::chrono::minutes(1)) {
+      if (removed_abandoned && !ec && age > std::chrono::minutes(1)) {
         std::filesystem::remove_all(entry.path(), ec);
-        ++removed;
+        ++*removed_abandoned;
       }
       continue;
     }
+    if (!plain_bundle_name(name)) continue;
     auto meta = read_json_file(entry.path() / "meta.json");
-    if (!meta) continue;  // not ours: never delete what we did not write
+    if (!meta) continue;  // not ours: never touch what we did not write
     auto m = bundle_meta_from_json(*meta);
     if (!m) continue;
-    bundles.push_back({m->created_unix, entry.path().string()});
+    out.push_back({name, entry.path().string(), std::move(*m)});
   }
   if (ec) return make_error(fmt::format("failed to list {}: {}", parent, ec.message()));
-  std::sort(bundles.begin(), bundles.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  std::sort(out.begin(), out.end(), [](const BundleEntry& a, const BundleEntry& b) {
+    return a.meta.created_unix != b.meta.created_unix ? a.meta.created_unix > b.meta.created_unix
+                                                      : a.name > b.name;
   });
-  for (size_t i = keep; i < bundles.size(); ++i) {
-    std::filesystem::remove_all(bundles[i].second, ec);
+  return out;
+}
+
+bool plain_bundle_name(std::string_view name) {
+  if (name.empty() || name.size() > 255 || name.front() == '.') return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+Result<size_t> prune_bundles(const std::string& parent, size_t keep) {
+  size_t removed = 0;
+  auto bundles = list_bundles(parent, &removed);
+  if (!bundles) return make_error(bundles.error());
+  std::error_code ec;
+  for (size_t i = keep; i < bundles->size(); ++i) {
+    std::filesystem::remove_all((*bundles)[i].path, ec);
     if (!ec) ++removed;
   }
   return removed;

@@ -1,4 +1,5 @@
 #include "hangtrace/collectives.h"
+#include "hangtrace/job_identity.h"
 #include "hangtrace/text.h"
 
 #include <fmt/format.h>
@@ -190,21 +191,15 @@ bool is_active_backend_frame(const UserFrame& frame) {
 
 RankIdentity parse_rank_environment(std::string_view environ_bytes) {
   RankIdentity identity;
-  while (!environ_bytes.empty()) {
-    auto end = environ_bytes.find('\0');
-    std::string_view entry = environ_bytes.substr(0, end);
-    environ_bytes = end == std::string_view::npos ? std::string_view() : environ_bytes.substr(end + 1);
-    auto eq = entry.find('=');
-    if (eq == std::string_view::npos) continue;
-    std::string_view key = entry.substr(0, eq), value = entry.substr(eq + 1);
+  for_each_environ(environ_bytes, [&](std::string_view key, std::string_view value) {
     std::optional<int>* slot = key == "RANK"         ? &identity.rank
                                : key == "WORLD_SIZE" ? &identity.world_size
                                : key == "LOCAL_RANK" ? &identity.local_rank
                                                      : nullptr;
-    // With duplicate entries getenv() returns the first, so that is the one
-    // the process itself saw.
+    // The first entry that is a number: getenv() returns the first, and a
+    // rank that is not a number is none.
     if (slot && !*slot) *slot = parse_non_negative(value);
-  }
+  });
   return identity;
 }
 

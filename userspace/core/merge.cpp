@@ -1,5 +1,6 @@
 // hangtrace merge: one job's ranks from several hosts' bundles (merge.h).
 #include "hangtrace/merge.h"
+#include "hangtrace/job_identity.h"
 
 #include <fmt/format.h>
 
@@ -18,28 +19,6 @@
 namespace hangtrace {
 
 namespace {
-
-// The command line that names the job: the same on every rank, except what
-// the legacy launcher (torch.distributed.launch) passes per rank.
-std::string job_cmdline(const std::string& cmdline) {
-  std::istringstream in(cmdline);
-  std::string word, out;
-  bool skip_next = false;
-  while (in >> word) {
-    if (skip_next) {
-      skip_next = false;
-      continue;
-    }
-    if (word.rfind("--local_rank=", 0) == 0 || word.rfind("--local-rank=", 0) == 0) continue;
-    if (word == "--local_rank" || word == "--local-rank") {
-      skip_next = true;
-      continue;
-    }
-    if (!out.empty()) out += ' ';
-    out += word;
-  }
-  return out;
-}
 
 std::string rank_name(const MergedRank& r) {
   std::string who = r.rank ? fmt::format("rank {}", *r.rank) : std::string("unranked process");
@@ -76,6 +55,7 @@ MergedRank merged_rank(const LoadedBundle& b, const WaitGraph& graph, const Proc
   r.pid = p.pid;
   r.bundle = b.path;
   r.cmdline = p.cmdline;
+  r.job_id = !p.job_id.empty() ? p.job_id : (alone ? b.meta.job_id : std::string());
   r.sampled_at_unix = b.snapshot.sampled_at_unix ? b.snapshot.sampled_at_unix : b.snapshot.taken_at_unix;
   auto blocked_of = [&](int tid) -> std::optional<double> {
     if (auto it = graph.threads.find(tid); it != graph.threads.end()) return it->second.blocked_s;
@@ -287,6 +267,7 @@ nlohmann::json rank_json(const MergedRank& r) {
                       {"pid", r.pid},
                       {"bundle", r.bundle},
                       {"cmdline", r.cmdline},
+                      {"job_id", r.job_id},
                       {"sampled_at_unix", time_json(r.sampled_at_unix)},
                       {"in_collective", r.in_collective},
                       {"where", r.where},
@@ -313,7 +294,8 @@ nlohmann::json rank_json(const MergedRank& r) {
 
 MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
   MergedReport out;
-  std::map<std::pair<int, std::string>, MergedJob> jobs;  // by (world size or -1, command line)
+  // By job id, or without one by (world size or -1, command line).
+  std::map<std::tuple<std::string, int, std::string>, MergedJob> jobs;
   for (const auto& b : bundles) {
     out.bundles.push_back(b.path);
     WaitGraph graph = build_wait_graph(b.snapshot);
@@ -329,8 +311,10 @@ MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
             fmt::format("bundle {}: pid {} names no rank (no RANK in its environment)", b.path, r.pid));
       std::string cmd =
           job_cmdline(std::string(trim(r.cmdline.empty() ? b.meta.job_cmdline : r.cmdline, " \t\n")));
-      MergedJob& job = jobs[{r.world_size.value_or(-1), cmd}];
-      job.cmdline = cmd;
+      MergedJob& job =
+          r.job_id.empty() ? jobs[{"", r.world_size.value_or(-1), cmd}] : jobs[{r.job_id, -1, ""}];
+      job.job_id = r.job_id;
+      if (job.cmdline.empty()) job.cmdline = cmd;
       job.ranks.push_back(std::move(r));
     }
   }
@@ -342,17 +326,23 @@ MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
                    [](const MergedJob& a, const MergedJob& b) { return a.ranks.size() > b.ranks.size(); });
   if (out.jobs.size() > 1) {
     std::set<int> sizes;
-    for (const auto& j : out.jobs) sizes.insert(j.world_size.value_or(-1));
+    std::set<std::string> ids;
+    for (const auto& j : out.jobs) {
+      sizes.insert(j.world_size.value_or(-1));
+      ids.insert(j.job_id);
+    }
     std::vector<std::string> parts;
     for (const auto& j : out.jobs)
-      parts.push_back(fmt::format("world size {} ({} rank{}, {})",
-                                  j.world_size ? std::to_string(*j.world_size) : std::string("unknown"),
-                                  j.ranks.size(), j.ranks.size() == 1 ? "" : "s",
-                                  j.cmdline.empty() ? "no command line" : j.cmdline));
-    out.warnings.push_back(
-        fmt::format("the bundles mix {} jobs{}: {}; each is merged on its own", out.jobs.size(),
-                    sizes.size() > 1 ? " (different world sizes)" : " (different command lines)",
-                    fmt::join(parts, "; ")));
+      parts.push_back(
+          fmt::format("{}world size {} ({} rank{}, {})", j.job_id.empty() ? "" : "job " + j.job_id + ", ",
+                      j.world_size ? std::to_string(*j.world_size) : std::string("unknown"), j.ranks.size(),
+                      j.ranks.size() == 1 ? "" : "s", j.cmdline.empty() ? "no command line" : j.cmdline));
+    out.warnings.push_back(fmt::format("the bundles mix {} jobs{}: {}; each is merged on its own",
+                                       out.jobs.size(),
+                                       ids.size() > 1     ? " (different job ids)"
+                                       : sizes.size() > 1 ? " (different world sizes)"
+                                                          : " (different command lines)",
+                                       fmt::join(parts, "; ")));
   }
   for (const auto& j : out.jobs)
     if (j.hang && !out.hang) {
@@ -393,7 +383,8 @@ nlohmann::json merged_report_to_json(const MergedReport& report) {
                {"basis", job.first_stall->basis},
                {"evidence", job.first_stall->evidence}};
     }
-    jobs.push_back({{"world_size", opt_json(job.world_size)},
+    jobs.push_back({{"job_id", job.job_id},
+                    {"world_size", opt_json(job.world_size)},
                     {"cmdline", job.cmdline},
                     {"hang", job.hang},
                     {"verdict", job.verdict},
@@ -421,10 +412,10 @@ std::string render_merged_text(const MergedReport& report) {
   out += fmt::format("verdict: {}: {}\n", report.hang ? "HANG" : "no missing rank", report.verdict);
   for (const auto& w : report.warnings) out += "warning: " + w + "\n";
   for (const auto& job : report.jobs) {
-    out += fmt::format("\njob: world size {}, {} rank{} merged{}\n",
-                       job.world_size ? std::to_string(*job.world_size) : std::string("unknown"),
-                       job.ranks.size(), job.ranks.size() == 1 ? "" : "s",
-                       job.cmdline.empty() ? "" : ": " + job.cmdline);
+    out += fmt::format(
+        "\njob: {}world size {}, {} rank{} merged{}\n", job.job_id.empty() ? "" : job.job_id + ", ",
+        job.world_size ? std::to_string(*job.world_size) : std::string("unknown"), job.ranks.size(),
+        job.ranks.size() == 1 ? "" : "s", job.cmdline.empty() ? "" : ": " + job.cmdline);
     if (report.jobs.size() > 1) out += "  " + job.verdict + "\n";
     for (const auto& r : job.ranks) {
       std::string what;

@@ -209,6 +209,10 @@ json snapshot_to_json(const Snapshot& s) {
     if (p.rank) jp["rank"] = *p.rank;
     if (p.world_size) jp["world_size"] = *p.world_size;
     if (p.local_rank) jp["local_rank"] = *p.local_rank;
+    if (!p.job_id.empty()) {
+      jp["job_id"] = p.job_id;
+      jp["job_id_source"] = p.job_id_source;
+    }
     if (!p.ns_pids.empty()) jp["ns_pids"] = p.ns_pids;
     if (!p.python_gils.empty()) jp["python_gils"] = p.python_gils;
     if (!p.python_interpreter.empty()) jp["python_interpreter"] = p.python_interpreter;
@@ -415,6 +419,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_opt(jp, "rank", p.rank);
       get_opt(jp, "world_size", p.world_size);
       get_opt(jp, "local_rank", p.local_rank);
+      get_if(jp, "job_id", p.job_id);
+      get_if(jp, "job_id_source", p.job_id_source);
       get_if(jp, "ns_pids", p.ns_pids);
       get_if(jp, "frozen_cgroup", p.frozen_cgroup);
       if (jp.contains("container") && jp.at("container").is_object()) {

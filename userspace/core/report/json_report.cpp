@@ -133,6 +133,10 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
   if (p.rank) out["rank"] = *p.rank;
   if (p.world_size) out["world_size"] = *p.world_size;
   if (p.local_rank) out["local_rank"] = *p.local_rank;
+  if (!p.job_id.empty()) {
+    out["job_id"] = p.job_id;
+    out["job_id_source"] = p.job_id_source;
+  }
   out.update(report::process_identity_json(p));
   return out;
 }
