@@ -232,5 +232,20 @@ TEST(Bundle, CorruptFilesAreOneClearError) {
   EXPECT_NE(b.error().find("meta.json: No such file"), std::string::npos) << b.error();
 }
 
+// A meta.json from another host: numbers past their fields are no values
+// (1e30 into an int was undefined behaviour: UBSan in the sanitized suite).
+TEST(Bundle, NumbersPastTheirFieldsInMetaAreNoValues) {
+  auto m = bundle_meta_from_json(nlohmann::json::parse(
+      R"({"schema": "hangtrace-bundle/1", "job_pid": 1e30, "job_start_ticks": -5.5, "rank": 99999999999,
+          "world_size": 8, "created_unix": 1e300, "trigger": "hang"})"));
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_EQ(m->job_pid, 0);
+  EXPECT_EQ(m->job_start_ticks, 0u);
+  EXPECT_FALSE(m->rank);
+  EXPECT_EQ(m->world_size, 8);
+  EXPECT_EQ(m->created_unix, 1e300);
+  EXPECT_EQ(m->trigger, "hang");
+}
+
 }  // namespace
 }  // namespace hangtrace

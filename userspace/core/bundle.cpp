@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "hangtrace/exports.h"
+#include "hangtrace/json_input.h"
 #include "hangtrace/output_file.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
@@ -125,11 +127,21 @@ Result<BundleMeta> bundle_meta_from_json(const json& j) {
   auto str = [&](const char* key, std::string& out) {
     if (auto it = j.find(key); it != j.end() && it->is_string()) out = it->get<std::string>();
   };
+  // The file is someone else's: a number that does not fit its field is no value.
   auto num = [&](const char* key, auto& out) {
-    if (auto it = j.find(key); it != j.end() && it->is_number()) out = it->get<std::decay_t<decltype(out)>>();
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return;
+    try {
+      out = json_input::as<std::decay_t<decltype(out)>>(*it);
+    } catch (const std::exception&) {
+    }
   };
   auto opt = [&](const char* key, std::optional<int>& out) {
-    if (auto it = j.find(key); it != j.end() && it->is_number_integer()) out = it->get<int>();
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return;
+    if (it->is_number_unsigned() ? it->get<uint64_t>() <= INT_MAX
+                                 : it->get<int64_t>() >= INT_MIN && it->get<int64_t>() <= INT_MAX)
+      out = static_cast<int>(it->get<int64_t>());
   };
   str("schema", m.schema);
   if (m.schema != kBundleSchema)

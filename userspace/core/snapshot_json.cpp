@@ -1,5 +1,7 @@
 #include "hangtrace/snapshot_json.h"
 
+#include "hangtrace/json_input.h"
+
 #include "hangtrace/text.h"
 
 #include <fmt/format.h>
@@ -31,34 +33,7 @@ json user_frame_to_json(const UserFrame& f) {
   return j;
 }
 
-template <class T>
-struct is_vector : std::false_type {};
-template <class T>
-struct is_vector<std::vector<T>> : std::true_type {};
-
-// A value of a file someone else may have written. nlohmann casts a float to
-// an integer type unchecked (undefined behaviour out of range: UBSan, the
-// bundle fuzzer); a float is taken only where it fits.
-template <class T>
-T as(const json& v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (v.is_number_float()) {
-      const double d = v.get<double>();
-      if (!(d >= static_cast<double>(std::numeric_limits<T>::min()) &&
-            d < static_cast<double>(std::numeric_limits<T>::max()) + 1.0))
-        throw std::out_of_range(fmt::format("{} does not fit the integer it stands for", d));
-      return static_cast<T>(d);
-    }
-    return v.get<T>();
-  } else if constexpr (is_vector<T>::value) {
-    if (!v.is_array()) return v.get<T>();  // nlohmann's type error
-    T out;
-    for (const auto& e : v) out.push_back(as<typename T::value_type>(e));
-    return out;
-  } else {
-    return v.get<T>();
-  }
-}
+using json_input::as;
 
 template <class T>
 T value_or(const json& j, const char* key, T fallback) {
