@@ -60,7 +60,8 @@ TEST(AsyncioRules, TasksAwaitingEachOtherThroughAGatherAreACycle) {
   // The way to see the same graph: from outside on 3.14+, in the process before.
   EXPECT_NE(cycles[0]->advice.back().find("-m asyncio pstree PID` prints"), std::string::npos);
   p.python_interpreter = "CPython 3.12.1";
-  auto on_312 = of_kind(diagnose(b.s), FindingKind::AsyncioCycle);
+  Diagnosis d312 = diagnose(b.s);  // of_kind points into it: kept alive
+  auto on_312 = of_kind(d312, FindingKind::AsyncioCycle);
   ASSERT_EQ(on_312.size(), 1u);
   EXPECT_NE(on_312[0]->advice.back().find("asyncio.all_tasks()"), std::string::npos);
   // Through the snapshot's JSON and back, the same.
@@ -122,7 +123,8 @@ TEST(AsyncioRules, ALoopBlockedInsideARunningTaskPastStallAfter) {
   p.asyncio_tasks = {task(0xa0, "Task-1", 0, {}, 5), task(0xb0, "worker", 0, {}, 6)};
   AnalysisOptions opt;
   opt.stall_after_s = 10;
-  auto blocked = of_kind(diagnose(b.s, opt), FindingKind::AsyncioLoopBlocked);
+  Diagnosis d = diagnose(b.s, opt);  // of_kind points into it: kept alive
+  auto blocked = of_kind(d, FindingKind::AsyncioLoopBlocked);
   ASSERT_EQ(blocked.size(), 1u);
   EXPECT_NE(blocked[0]->summary.find("inside task Task-1 (0xa0), so none of the loop's 1 other task can run"),
             std::string::npos)
@@ -138,7 +140,7 @@ TEST(PythonLocks, WaitersOfOnePyMutexMeetInOneLockNode) {
   p.is_python = true;
   // Each waiter sleeps on a semaphore of its own, on its own stack.
   for (int tid : {401, 402}) {
-    ThreadInfo& t = b.futex_wait(400, tid, 0x7ffd0000 + tid * 0x1000, false);
+    ThreadInfo& t = b.futex_wait(400, tid, 0x7ffd0000ull + static_cast<uint64_t>(tid) * 0x1000, false);
     PythonLockWait lock;
     lock.mutex = 0x7f0010;
     lock.kind = "threading.Lock";
