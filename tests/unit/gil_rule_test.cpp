@@ -143,6 +143,20 @@ TEST(GilHeldRule, AHolderBlockedOnAPipePastTheStallThresholdIsCritical) {
   EXPECT_NEAR(d.progress_stopped->ago_s, 30, 0.01);
 }
 
+// A waiter caught between two of take_gil's 5 ms waits (its timeout just ran
+// out: runnable, the futex still its syscall) still waits for the holder.
+TEST(GilHeldRule, AWaiterWokenByItsIntervalIsStillAWaiter) {
+  SnapshotBuilder b = gil_held(30.0);
+  ThreadInfo& woken = b.find(200)->threads[1];  // 201
+  woken.state = 'R';
+  woken.memory.timeout_s = -0.00025;
+  Diagnosis d = diagnose(b.s);
+  auto held = of_kind(d, FindingKind::GilHeld);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0]->tids, (std::vector<int>{202, 200, 201}));
+  EXPECT_EQ(d.graph.threads.at(201).objects, std::vector<std::string>{"gil:200"});
+}
+
 TEST(GilHeldRule, AHolderWhoseWaitCanNeverEndIsCriticalAndCertainAtOnce) {
   // Nobody but the GIL waiters could write: they cannot run without the GIL.
   Diagnosis d = diagnose(gil_held(2, false).s);

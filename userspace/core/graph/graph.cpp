@@ -151,6 +151,12 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
       w.activity = Activity::Unknown;
       break;
   }
+  // A GIL waiter whose 5 ms timed wait just ran out reads R (woken, not yet
+  // back in take_gil's next wait): between two waits on the same holder, it
+  // is still waiting for it.
+  if (w.activity == Activity::Running && t.syscall.mode == SyscallState::Mode::InSyscall && !t.holds_gil &&
+      desc.wait == WaitClass::Futex && is_gil_wait(p, t))
+    w.activity = Activity::Unknown;
   if (!alive(p)) w.activity = Activity::Dead;
   // A frozen cgroup's tasks read D (v1) or S (v2) but run nothing until thawed.
   if (!p.frozen_cgroup.empty() && w.activity != Activity::Dead) {
