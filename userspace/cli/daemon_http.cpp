@@ -30,24 +30,25 @@ bool same_secret(std::string_view expected, std::string_view given) {
   return diff == 0;
 }
 
-void send_text(mg_connection* conn, int status, const std::string& body) {
+// A whole answer: status, type, length, the body; never cached.
+void send(mg_connection* conn, int status, const char* content_type, const std::string& body) {
   mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            status, mg_get_response_code_text(conn, status), body.size());
+            status, mg_get_response_code_text(conn, status), content_type, body.size());
   mg_write(conn, body.data(), body.size());
+}
+
+void send_text(mg_connection* conn, int status, const std::string& body) {
+  send(conn, status, "text/plain; charset=utf-8", body);
 }
 
 class MetricsHandler final : public CivetHandler {
  public:
   explicit MetricsHandler(std::shared_ptr<prometheus::Registry> registry) : registry_(std::move(registry)) {}
   bool handleGet(CivetServer*, mg_connection* conn) override {
-    const std::string body = prometheus::TextSerializer().Serialize(registry_->Collect());
-    mg_printf(conn,
-              "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-              body.size());
-    mg_write(conn, body.data(), body.size());
+    send(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+         prometheus::TextSerializer().Serialize(registry_->Collect()));
     return true;
   }
 
@@ -93,12 +94,7 @@ class BundlesHandler final : public CivetHandler {
       send_text(conn, 500, bundles.error() + "\n");
       return true;
     }
-    const std::string body = bundle_index_json(*bundles, o_.hostname).dump(1) + "\n";
-    mg_printf(conn,
-              "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-              "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-              body.size());
-    mg_write(conn, body.data(), body.size());
+    send(conn, 200, "application/json", bundle_index_json(*bundles, o_.hostname).dump(1) + "\n");
     return true;
   }
 
