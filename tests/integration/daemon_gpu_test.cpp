@@ -11,7 +11,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <chrono>
-#include <regex>
 
 #include "support.h"
 
@@ -42,9 +41,9 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
                        " --metrics 127.0.0.1:0 --bundle-dir " +
                        s.file("bundles") + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(ready, m, std::regex("http://([0-9.:]+)/metrics"))) << ready;
-  const std::string metrics_url = "http://" + m[1].str() + "/metrics";
+  const std::string base = daemon_served_base(ready);
+  ASSERT_FALSE(base.empty()) << ready;
+  const std::string metrics_url = base + "/metrics";
 
   // The job dlopens the stubs, waits until they carry the daemon's uprobes,
   // launches 105 kernels, then blocks reading a FIFO nobody writes. Copies of
@@ -63,8 +62,7 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   ASSERT_FALSE(tracking.empty()) << "the daemon never picked the job up";
   std::string written = daemon.wait_for_line("hangtrace daemon: bundle written: ", std::chrono::seconds(90));
   ASSERT_FALSE(written.empty()) << "no bundle";
-  std::string path = written.substr(written.find(": /") + 2);
-  path = path.substr(0, path.find(" ("));
+  const std::string path = daemon_bundle_path(written);
   auto meta = nlohmann::json::parse(read_text_file(path + "/meta.json"), nullptr, false);
   ASSERT_FALSE(meta.is_discarded()) << path;
   EXPECT_EQ(meta["trigger"], "hang");

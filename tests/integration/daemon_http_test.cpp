@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <thread>
 
 #include "hangtrace/bundle_archive.h"
@@ -36,17 +35,16 @@ TEST(DaemonHttp, AHungRanksBundleIsServedWithItsJobIdOnlyWithTheToken) {
            " --metrics 127.0.0.1:0 --serve-bundles --bundle-token-file " +
            token_file + " --bundle-dir " + dir.file("bundles") + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(ready, m, std::regex("bundles on http://([0-9.:]+)/bundles"))) << ready;
-  const std::string base = "http://" + m[1].str();
+  const std::string base = daemon_served_base(ready);
+  ASSERT_FALSE(base.empty()) << ready;
+  ASSERT_NE(ready.find("bundles on " + base + "/bundles"), std::string::npos) << ready;
 
   Workload job({"env", "TORCHELASTIC_RUN_ID=llama-7b.run_3", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500",
                 "RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", repro_path("repro_collector_pipe")});
   ASSERT_FALSE(job.wait_for_line("READY").empty());
   std::string written = daemon.wait_for_line("hangtrace daemon: bundle written: ", std::chrono::seconds(90));
   ASSERT_FALSE(written.empty()) << "no bundle";
-  std::string path = written.substr(written.find(": /") + 2);
-  path = path.substr(0, path.find(" ("));
+  const std::string path = daemon_bundle_path(written);
   const std::string name = std::filesystem::path(path).filename().string();
   auto meta = nlohmann::json::parse(read_text_file(path + "/meta.json"), nullptr, false);
   ASSERT_FALSE(meta.is_discarded()) << path;
@@ -107,11 +105,11 @@ TEST(DaemonHttp, BundlesAreServedOnlyWhenAskedAndBeyondLoopbackOnlyWithAToken) {
                        "--bundle-dir " +
                        dir.file("bundles") + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(ready, m, std::regex("http://([0-9.:]+)/metrics"))) << ready;
+  const std::string base = daemon_served_base(ready);
+  ASSERT_FALSE(base.empty()) << ready;
   EXPECT_EQ(ready.find("bundles on http"), std::string::npos) << ready;
-  EXPECT_EQ(http_get("http://" + m[1].str() + "/bundles").status, 404);
-  EXPECT_EQ(http_get("http://" + m[1].str() + "/metrics").status, 200);
+  EXPECT_EQ(http_get(base + "/bundles").status, 404);
+  EXPECT_EQ(http_get(base + "/metrics").status, 200);
 
   CommandResult open = run_command({hangtrace_path(), "daemon", "--match", "x", "--metrics", "0.0.0.0:0",
                                     "--serve-bundles", "--bundle-dir", dir.file("bundles2")},

@@ -81,8 +81,7 @@ TEST(DaemonSampled, NoHotHookUntilAJobLooksStuckThenBundleAndDetach) {
       daemon.wait_for_line("hangtrace daemon: exact hooks detached", std::chrono::seconds(30)).empty());
   EXPECT_EQ(hot_links(daemon_pid), 0u);
 
-  std::string path = written.substr(written.find(": /") + 2);
-  path = path.substr(0, path.find(" ("));
+  const std::string path = daemon_bundle_path(written);
   auto recorder = nlohmann::json::parse(read_text_file(path + "/recorder.json"), nullptr, false);
   ASSERT_TRUE(recorder.is_object());
   bool long_read = false;

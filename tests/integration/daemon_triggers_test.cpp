@@ -42,8 +42,7 @@ class DaemonTriggers : public ::testing::Test {
     std::string line = daemon_->wait_for_line("hangtrace daemon: bundle written: ", std::chrono::seconds(60));
     if (line_out) *line_out = line;
     if (line.empty()) return nullptr;
-    std::string path = line.substr(line.find(": /") + 2);
-    path = path.substr(0, path.find(" ("));
+    const std::string path = daemon_bundle_path(line);
     return nlohmann::json::parse(read_text_file(path + "/meta.json"), nullptr, false);
   }
 

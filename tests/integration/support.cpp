@@ -1,6 +1,7 @@
 #include "support.h"
 
 #include <filesystem>
+#include <regex>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -176,6 +177,19 @@ HttpAnswer http_get(const std::string& url, const std::vector<std::string>& head
   a.status = std::atoi(r.out.substr(0, nl).c_str());
   a.body = r.out.substr(nl + 1);
   return a;
+}
+
+std::string daemon_served_base(const std::string& ready_line) {
+  std::smatch m;
+  if (!std::regex_search(ready_line, m, std::regex("http://([0-9.:]+)/metrics"))) return "";
+  return "http://" + m[1].str();
+}
+
+std::string daemon_bundle_path(const std::string& written_line) {
+  const size_t at = written_line.find(": /");
+  if (at == std::string::npos) return "";
+  std::string path = written_line.substr(at + 2);
+  return path.substr(0, path.find(" ("));
 }
 
 std::string repro_path(const std::string& name) { return std::string(HANGTRACE_REPRO_DIR) + "/" + name; }

@@ -75,6 +75,12 @@ struct HttpAnswer {
 };
 HttpAnswer http_get(const std::string& url, const std::vector<std::string>& headers = {});
 
+// What the daemon's lines say: "http://HOST:PORT" it serves on (its ready
+// line; "" when it serves nothing), the bundle a "bundle written: PATH (...)"
+// line names.
+std::string daemon_served_base(const std::string& ready_line);
+std::string daemon_bundle_path(const std::string& written_line);
+
 std::string repro_path(const std::string& name);  // HANGTRACE_REPRO_DIR/name
 std::string hangtrace_path();                     // HANGTRACE_BIN
 

@@ -81,15 +81,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
     http.hostname = d->hostname_;
     if (options.serve_bundles) {
       http.bundle_dir = options.bundle_dir;
-      if (!options.bundle_token_file.empty()) {
-        auto token = read_token_file(options.bundle_token_file);
-        if (!token) return make_error(token.error());
-        http.token = std::move(*token);
-      } else if (!loopback_address(options.metrics_address)) {
-        return make_error(fmt::format(
-            "failed to serve bundles on {}: beyond the loopback interface they need --bundle-token-file",
-            options.metrics_address));
-      }
+      http.token_file = options.bundle_token_file;
     }
     auto served = DaemonHttp::start(http, d->metrics_->registry());
     if (!served) return make_error(served.error());

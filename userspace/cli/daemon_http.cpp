@@ -43,6 +43,40 @@ void send_text(mg_connection* conn, int status, const std::string& body) {
   send(conn, status, "text/plain; charset=utf-8", body);
 }
 
+// Whether HOST:PORT binds only the loopback interface (127.0.0.0/8, [::1],
+// "localhost"): bundles served anywhere else need a token.
+bool loopback_address(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// The token in `path` (its first line, surrounding blanks trimmed): a file
+// only its owner can read, or an error naming what is wrong with it.
+Result<std::string> read_token_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error(fmt::format("failed to read the token file {}: {}", path, errno_text(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) {
+    close(fd);
+    return make_error(fmt::format("failed to read the token file {}: not a small regular file", path));
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    close(fd);
+    return make_error(fmt::format("failed to read the token file {}: others may read it (chmod 600)", path));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  ssize_t n = read(fd, text.data(), text.size());
+  close(fd);
+  if (n < 0) return make_error(fmt::format("failed to read the token file {}: {}", path, errno_text(errno)));
+  text.resize(static_cast<size_t>(n));
+  std::string token(trim(text.substr(0, text.find('\n')), " \t\r"));
+  if (token.size() < 16)
+    return make_error(
+        fmt::format("failed to read the token file {}: the token is shorter than 16 characters", path));
+  return token;
+}
+
 class MetricsHandler final : public CivetHandler {
  public:
   explicit MetricsHandler(std::shared_ptr<prometheus::Registry> registry) : registry_(std::move(registry)) {}
@@ -58,7 +92,7 @@ class MetricsHandler final : public CivetHandler {
 
 class BundlesHandler final : public CivetHandler {
  public:
-  explicit BundlesHandler(const HttpOptions& o) : o_(o) {}
+  BundlesHandler(const HttpOptions& o, const std::string& token) : o_(o), token_(token) {}
 
   bool handleGet(CivetServer*, mg_connection* conn) override {
     if (!authorized(conn)) {
@@ -82,10 +116,10 @@ class BundlesHandler final : public CivetHandler {
 
  private:
   bool authorized(mg_connection* conn) const {
-    if (o_.token.empty()) return true;
+    if (token_.empty()) return true;
     const char* header = mg_get_header(conn, "Authorization");
     std::string_view h = header ? header : "";
-    return h.starts_with("Bearer ") && same_secret(o_.token, h.substr(7));
+    return h.starts_with("Bearer ") && same_secret(token_, h.substr(7));
   }
 
   bool index(mg_connection* conn) const {
@@ -127,6 +161,7 @@ class BundlesHandler final : public CivetHandler {
   }
 
   const HttpOptions& o_;
+  const std::string& token_;
 };
 
 }  // namespace
@@ -141,9 +176,21 @@ Result<std::unique_ptr<DaemonHttp>> DaemonHttp::start(const HttpOptions& options
   std::unique_ptr<DaemonHttp> h(new DaemonHttp());
   h->options_ = options;
   h->registry_ = std::move(registry);
+  if (!options.bundle_dir.empty()) {
+    if (!options.token_file.empty()) {
+      auto token = read_token_file(options.token_file);
+      if (!token) return make_error(token.error());
+      h->token_ = std::move(*token);
+    } else if (!loopback_address(options.address)) {
+      return make_error(fmt::format(
+          "failed to serve bundles on {}: beyond the loopback interface they need --bundle-token-file",
+          options.address));
+    }
+  }
   h->handlers_ = std::make_unique<Handlers>();
   h->handlers_->metrics = std::make_unique<MetricsHandler>(h->registry_);
-  if (!options.bundle_dir.empty()) h->handlers_->bundles = std::make_unique<BundlesHandler>(h->options_);
+  if (!options.bundle_dir.empty())
+    h->handlers_->bundles = std::make_unique<BundlesHandler>(h->options_, h->token_);
   // Two threads, as prometheus-cpp's Exposer ran; a bundle streaming to a
   // slow client holds one. Directory listings and files outside the
   // handlers are never served (no document_root).
@@ -170,36 +217,6 @@ std::string DaemonHttp::bound_address() const {
   // The host as asked ("0.0.0.0" in a pod), the port as bound (":0" picks one).
   std::string host = options_.address.substr(0, options_.address.rfind(':'));
   return fmt::format("{}:{}", host.empty() ? "127.0.0.1" : host, ports.front());
-}
-
-bool loopback_address(const std::string& address) {
-  std::string host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.starts_with("127.");
-}
-
-Result<std::string> read_token_file(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return make_error(fmt::format("failed to read the token file {}: {}", path, errno_text(errno)));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) {
-    close(fd);
-    return make_error(fmt::format("failed to read the token file {}: not a small regular file", path));
-  }
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    close(fd);
-    return make_error(fmt::format("failed to read the token file {}: others may read it (chmod 600)", path));
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  ssize_t n = read(fd, text.data(), text.size());
-  close(fd);
-  if (n < 0) return make_error(fmt::format("failed to read the token file {}: {}", path, errno_text(errno)));
-  text.resize(static_cast<size_t>(n));
-  std::string token(trim(text.substr(0, text.find('\n')), " \t\r"));
-  if (token.size() < 16)
-    return make_error(
-        fmt::format("failed to read the token file {}: the token is shorter than 16 characters", path));
-  return token;
 }
 
 }  // namespace hangtrace::cli

@@ -19,8 +19,10 @@ namespace hangtrace::cli {
 struct HttpOptions {
   std::string address;     // "127.0.0.1:9464"
   std::string bundle_dir;  // the bundles /bundles serves; "" serves none
-  std::string token;       // a request for /bundles must carry "Authorization: Bearer TOKEN"; "" none
-  std::string hostname;    // named in the index
+  // A file whose first line is the token a request for /bundles must carry
+  // ("Authorization: Bearer TOKEN"); "" none, allowed on loopback only.
+  std::string token_file;
+  std::string hostname;  // named in the index
 };
 
 class DaemonHttp {
@@ -35,17 +37,10 @@ class DaemonHttp {
   DaemonHttp() = default;
   struct Handlers;
   HttpOptions options_;
+  std::string token_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Handlers> handlers_;
   std::unique_ptr<CivetServer> server_;  // declared last: stopped before the handlers go
 };
-
-// Whether HOST:PORT binds only the loopback interface (127.0.0.0/8, [::1],
-// "localhost"): bundles served anywhere else need a token.
-bool loopback_address(const std::string& address);
-
-// The token in `path` (its first line, surrounding blanks trimmed): a file
-// only root can read, or an error naming what is wrong with it.
-Result<std::string> read_token_file(const std::string& path);
 
 }  // namespace hangtrace::cli

@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "hangtrace/exports.h"
-#include "hangtrace/json_input.h"
+#include "hangtrace/json_values.h"
 #include "hangtrace/output_file.h"
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
@@ -97,7 +97,6 @@ BundleMeta bundle_meta_for(const Snapshot& snap, const Diagnosis& d, const std::
 }
 
 json bundle_meta_to_json(const BundleMeta& m) {
-  auto opt = [](const std::optional<int>& v) { return v ? json(*v) : json(nullptr); };
   return {{"schema", m.schema},
           {"trigger", m.trigger},
           {"cause", m.cause},
@@ -112,9 +111,9 @@ json bundle_meta_to_json(const BundleMeta& m) {
           {"created_unix", m.created_unix},
           {"incident_unix", m.incident_unix},
           {"last_progress_unix", m.last_progress_unix > 0 ? json(m.last_progress_unix) : json(nullptr)},
-          {"rank", opt(m.rank)},
-          {"world_size", opt(m.world_size)},
-          {"local_rank", opt(m.local_rank)},
+          {"rank", json_values::nullable(m.rank)},
+          {"world_size", json_values::nullable(m.world_size)},
+          {"local_rank", json_values::nullable(m.local_rank)},
           {"job_id", m.job_id},
           {"job_id_source", m.job_id_source},
           {"hangtrace_version", m.hangtrace_version},
@@ -132,7 +131,7 @@ Result<BundleMeta> bundle_meta_from_json(const json& j) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_number()) return;
     try {
-      out = json_input::as<std::decay_t<decltype(out)>>(*it);
+      out = json_values::as<std::decay_t<decltype(out)>>(*it);
     } catch (const std::exception&) {
     }
   };

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "hangtrace/json_values.h"
 #include "hangtrace/text.h"
 
 namespace hangtrace {
@@ -96,7 +97,6 @@ nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const 
     for (const auto& f : std::filesystem::directory_iterator(b.path, ec))
       if (f.is_regular_file(ec) && !f.is_symlink(ec)) bytes += f.file_size(ec);
     const BundleMeta& m = b.meta;
-    auto opt = [](const std::optional<int>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
     list.push_back({{"name", b.name},
                     {"bytes", bytes},
                     {"trigger", m.trigger},
@@ -104,8 +104,8 @@ nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const 
                     {"verdict", m.verdict},
                     {"summary", m.summary},
                     {"job_id", m.job_id},
-                    {"rank", opt(m.rank)},
-                    {"world_size", opt(m.world_size)},
+                    {"rank", json_values::nullable(m.rank)},
+                    {"world_size", json_values::nullable(m.world_size)},
                     {"hostname", m.hostname},
                     {"job_pid", m.job_pid},
                     {"job_comm", m.job_comm},

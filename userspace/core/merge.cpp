@@ -1,6 +1,7 @@
 // hangtrace merge: one job's ranks from several hosts' bundles (merge.h).
 #include "hangtrace/merge.h"
 #include "hangtrace/job_identity.h"
+#include "hangtrace/json_values.h"
 
 #include <fmt/format.h>
 
@@ -251,18 +252,14 @@ void analyse_job(MergedJob& job, std::vector<std::string>& warnings) {
   }
 }
 
-nlohmann::json opt_json(const std::optional<int>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
-nlohmann::json opt_json(const std::optional<double>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
+using json_values::nullable;
+
 nlohmann::json time_json(double t) { return t > 0 ? nlohmann::json(t) : nlohmann::json(nullptr); }
 
 nlohmann::json rank_json(const MergedRank& r) {
-  nlohmann::json j = {{"rank", opt_json(r.rank)},
-                      {"world_size", opt_json(r.world_size)},
-                      {"local_rank", opt_json(r.local_rank)},
+  nlohmann::json j = {{"rank", nullable(r.rank)},
+                      {"world_size", nullable(r.world_size)},
+                      {"local_rank", nullable(r.local_rank)},
                       {"host", r.host},
                       {"pid", r.pid},
                       {"bundle", r.bundle},
@@ -273,7 +270,7 @@ nlohmann::json rank_json(const MergedRank& r) {
                       {"where", r.where},
                       {"wait", r.wait},
                       {"doing", r.doing},
-                      {"main_blocked_s", opt_json(r.main_blocked_s)},
+                      {"main_blocked_s", nullable(r.main_blocked_s)},
                       {"stall_unix", time_json(r.stall_unix)},
                       {"stall_basis", r.stall_basis}};
   if (r.in_collective) {
@@ -282,7 +279,7 @@ nlohmann::json rank_json(const MergedRank& r) {
                        {"tid", r.collective_tid},
                        {"evidence", r.evidence},
                        {"backend_evidence", r.backend_evidence},
-                       {"blocked_s", opt_json(r.collective_blocked_s)},
+                       {"blocked_s", nullable(r.collective_blocked_s)},
                        {"since_unix", time_json(r.collective_since_unix)}};
   } else {
     j["collective"] = nullptr;
@@ -359,7 +356,7 @@ nlohmann::json merged_report_to_json(const MergedReport& report) {
     nlohmann::json ranks = nlohmann::json::array(), absent = nlohmann::json::array(),
                    waiting = nlohmann::json::array();
     for (const auto& r : job.ranks) ranks.push_back(rank_json(r));
-    for (int i : job.waiting) waiting.push_back(opt_json(job.ranks[i].rank));
+    for (int i : job.waiting) waiting.push_back(nullable(job.ranks[i].rank));
     for (const auto& a : job.absent) {
       nlohmann::json j = {
           {"rank", a.rank}, {"has_bundle", a.has_bundle}, {"reason", a.reason}, {"doing", a.doing}};
@@ -376,7 +373,7 @@ nlohmann::json merged_report_to_json(const MergedReport& report) {
     nlohmann::json first = nullptr;
     if (job.first_stall) {
       const MergedRank& r = job.ranks[job.first_stall->index];
-      first = {{"rank", opt_json(r.rank)},
+      first = {{"rank", nullable(r.rank)},
                {"host", r.host},
                {"pid", r.pid},
                {"unix_time", job.first_stall->unix_time},
@@ -384,7 +381,7 @@ nlohmann::json merged_report_to_json(const MergedReport& report) {
                {"evidence", job.first_stall->evidence}};
     }
     jobs.push_back({{"job_id", job.job_id},
-                    {"world_size", opt_json(job.world_size)},
+                    {"world_size", nullable(job.world_size)},
                     {"cmdline", job.cmdline},
                     {"hang", job.hang},
                     {"verdict", job.verdict},

@@ -1,6 +1,6 @@
 #include "hangtrace/snapshot_json.h"
 
-#include "hangtrace/json_input.h"
+#include "hangtrace/json_values.h"
 
 #include "hangtrace/text.h"
 
@@ -33,7 +33,8 @@ json user_frame_to_json(const UserFrame& f) {
   return j;
 }
 
-using json_input::as;
+using json_values::as;
+using json_values::nullable;
 
 template <class T>
 T value_or(const json& j, const char* key, T fallback) {
@@ -122,11 +123,6 @@ SyscallState::Mode mode_from(const std::string& s) {
 }
 
 template <class T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
-template <class T>
 void get_opt(const json& j, const char* key, std::optional<T>& out) {
   if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
 }
@@ -179,7 +175,7 @@ json snapshot_to_json(const Snapshot& s) {
                {"netns", p.netns},
                {"mntns", p.mntns},
                {"children", p.children},
-               {"exit_signal", opt(p.exit_signal)}};
+               {"exit_signal", nullable(p.exit_signal)}};
     // Only for processes of a distributed job: absent, not null, elsewhere.
     if (p.rank) jp["rank"] = *p.rank;
     if (p.world_size) jp["world_size"] = *p.world_size;
@@ -196,8 +192,8 @@ json snapshot_to_json(const Snapshot& s) {
     if (!p.frozen_cgroup.empty()) jp["frozen_cgroup"] = p.frozen_cgroup;
     if (p.resolver)
       jp["resolver"] = {{"nameservers", p.resolver->nameservers},
-                        {"timeout_s", opt(p.resolver->timeout_s)},
-                        {"attempts", opt(p.resolver->attempts)},
+                        {"timeout_s", nullable(p.resolver->timeout_s)},
+                        {"attempts", nullable(p.resolver->attempts)},
                         {"error", p.resolver->error.empty() ? json(nullptr) : json(p.resolver->error)}};
     json threads = json::array();
     for (const auto& t : p.threads) {
@@ -211,10 +207,10 @@ json snapshot_to_json(const Snapshot& s) {
                    {"sp", t.syscall.sp},
                    {"pc", t.syscall.pc}}},
                  {"memory",
-                  {{"futex_word", opt(t.memory.futex_word)},
+                  {{"futex_word", nullable(t.memory.futex_word)},
                    {"futex_bytes", t.memory.futex_bytes},
                    {"poll_fds", t.memory.poll_fds},
-                   {"timeout_s", opt(t.memory.timeout_s)},
+                   {"timeout_s", nullable(t.memory.timeout_s)},
                    {"timeout_absolute", t.memory.timeout_absolute}}},
                  {"voluntary_switches", t.voluntary_switches},
                  {"tracer_pid", t.tracer_pid},
@@ -294,7 +290,7 @@ json snapshot_to_json(const Snapshot& s) {
                      {"inode", f.inode},
                      {"flags", f.flags},
                      {"pos", f.pos},
-                     {"eventfd_id", opt(f.eventfd_id)},
+                     {"eventfd_id", nullable(f.eventfd_id)},
                      {"epoll", epoll},
                      {"ready_events", f.ready_events},
                      {"queued_bytes", f.queued_bytes}});

@@ -1,18 +1,21 @@
-// Values of JSON files someone else may have written (a snapshot, a bundle's
-// meta.json, an archive fetched from another host's daemon): converted only
-// where they fit. nlohmann casts a float to an integer type unchecked
-// (undefined behaviour out of range: UBSan, the bundle fuzzer).
+// Values of the JSON files hangtrace writes and reads back. Read: a file
+// someone else may have written (a snapshot, a bundle's meta.json, an
+// archive fetched from another host's daemon) gives a value only where it
+// fits; nlohmann casts a float to an integer type unchecked (undefined
+// behaviour out of range: UBSan, the bundle fuzzer). Written: an unset
+// optional is null.
 #pragma once
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
 
-namespace hangtrace::json_input {
+namespace hangtrace::json_values {
 
 template <class T>
 struct is_vector : std::false_type {};
@@ -43,4 +46,10 @@ T as(const nlohmann::json& v) {
   }
 }
 
-}  // namespace hangtrace::json_input
+// `v`, or null when unset.
+template <class T>
+nlohmann::json nullable(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+}  // namespace hangtrace::json_values
