@@ -193,6 +193,17 @@ struct ThreadInfo {
   std::string native_stack_error;
 };
 
+// The task iterator reads each thread a moment after /proc did, and saves the
+// registers of the syscall the thread is in (nr -1: none). Those stand for
+// /proc's reading when /proc said nothing (unreadable), and when /proc saw the
+// thread running (R, no syscall) and the iterator found it asleep in a
+// syscall: it has begun a wait since, and its kernel and native stacks are of
+// that instant (a GIL waiter between two of take_gil's 5 ms waits reads R in
+// /proc and is back in the futex by then; its state becomes S or D). Returns
+// whether they were taken.
+bool adopt_iterator_syscall(ThreadInfo& t, const KernelTaskView& view, int64_t iterator_syscall_nr,
+                            const uint64_t (&iterator_syscall_args)[6]);
+
 // One asyncio task of a CPython 3.11+ process, read from outside (3.14+
 // through the _asyncio module's debug offsets, 3.11-3.13 from the asyncio
 // module's task registries): what `python -m asyncio ps` lists.

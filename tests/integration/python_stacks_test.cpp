@@ -227,7 +227,9 @@ TEST_P(PythonStacks, SpinningThreadHoldsTheGil) {
   // A free-threaded build running without the GIL: nobody holds one.
   const bool gil = f["gil"] != 0;
   EXPECT_EQ(spinner->holds_gil, gil) << describe(*spinner);
-  if (!gil) EXPECT_TRUE(p->python_gils.empty());
+  if (!gil) {
+    EXPECT_TRUE(p->python_gils.empty());
+  }
   ASSERT_FALSE(spinner->python_stack.empty()) << describe(*spinner);
   EXPECT_EQ(spinner->python_stack[0].function, "spin") << describe(*spinner);
   // The loop body, or the `while True:` jump back to it.

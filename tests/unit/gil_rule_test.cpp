@@ -157,6 +157,67 @@ TEST(GilHeldRule, AWaiterWokenByItsIntervalIsStillAWaiter) {
   EXPECT_EQ(d.graph.threads.at(201).objects, std::vector<std::string>{"gil:200"});
 }
 
+// /proc caught a waiter running between two waits (R, no syscall); the task
+// iterator, a moment later, found it back asleep in take_gil's futex. Its
+// stacks are of that instant, and so is its wait: it waits for the holder.
+TEST(GilHeldRule, AWaiterProcSawRunningAndTheIteratorAsleepIsAWaiter) {
+  SnapshotBuilder b = gil_held(30.0);
+  ThreadInfo& caught = b.find(200)->threads[1];  // 201
+  const SyscallState in_futex = caught.syscall;
+  caught.state = 'R';
+  caught.syscall = SyscallState{};
+  caught.syscall.mode = SyscallState::Mode::Running;
+  caught.memory = WaitMemory{};
+  const Diagnosis before = diagnose(b.s);
+  EXPECT_EQ(of_kind(before, FindingKind::GilHeld).front()->tids, (std::vector<int>{202, 200}));
+
+  KernelTaskView iterator;
+  iterator.state = HT_TASK_STATE_INTERRUPTIBLE;
+  ASSERT_TRUE(adopt_iterator_syscall(caught, iterator, in_futex.nr, in_futex.args));
+  EXPECT_EQ(caught.state, 'S');
+  Diagnosis d = diagnose(b.s);
+  auto held = of_kind(d, FindingKind::GilHeld);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0]->tids, (std::vector<int>{202, 200, 201}));
+  EXPECT_EQ(d.graph.threads.at(201).objects, std::vector<std::string>{"gil:200"});
+}
+
+// /proc's reading stands when the iterator saw nothing else: the thread on a
+// CPU or runnable, no syscall, or /proc already saw it in one.
+TEST(GilHeldRule, ProcsReadingStandsUnlessTheIteratorFoundTheThreadAsleep) {
+  const uint64_t args[6] = {kGilCond, 0x189, 0, 0, 0, 0};
+  ThreadInfo running;
+  running.state = 'R';
+  running.syscall.mode = SyscallState::Mode::Running;
+  KernelTaskView on_cpu;
+  on_cpu.on_cpu = true;
+  on_cpu.state = HT_TASK_STATE_INTERRUPTIBLE;
+  EXPECT_FALSE(adopt_iterator_syscall(running, on_cpu, HT_NR_futex, args));
+  KernelTaskView runnable;  // TASK_RUNNING, off CPU: preempted
+  EXPECT_FALSE(adopt_iterator_syscall(running, runnable, HT_NR_futex, args));
+  KernelTaskView asleep;
+  asleep.state = HT_TASK_STATE_UNINTERRUPTIBLE;
+  EXPECT_FALSE(adopt_iterator_syscall(running, asleep, -1, args));
+  EXPECT_EQ(running.state, 'R');
+  EXPECT_EQ(running.syscall.mode, SyscallState::Mode::Running);
+
+  ThreadInfo reading;  // /proc: in read(); the iterator's futex is a later wait it need not take
+  reading.state = 'S';
+  testing::in_syscall(reading, HT_NR_read, {3, 0x7f0000, 1});
+  EXPECT_FALSE(adopt_iterator_syscall(reading, asleep, HT_NR_futex, args));
+  EXPECT_EQ(reading.syscall.nr, HT_NR_read);
+
+  ThreadInfo unreadable;  // /proc said nothing: the registers are all there is
+  unreadable.state = 'S';
+  EXPECT_TRUE(adopt_iterator_syscall(unreadable, runnable, HT_NR_futex, args));
+  EXPECT_EQ(unreadable.syscall.nr, HT_NR_futex);
+  EXPECT_EQ(unreadable.state, 'S');
+
+  EXPECT_TRUE(adopt_iterator_syscall(running, asleep, HT_NR_futex, args));
+  EXPECT_EQ(running.state, 'D');
+  EXPECT_EQ(running.syscall.args[0], kGilCond);
+}
+
 TEST(GilHeldRule, AHolderWhoseWaitCanNeverEndIsCriticalAndCertainAtOnce) {
   // Nobody but the GIL waiters could write: they cannot run without the GIL.
   Diagnosis d = diagnose(gil_held(2, false).s);

@@ -141,14 +141,9 @@ void Collector::collect_kernel_views() {
       if (symbols) {
         for (auto& frame : view.stack) frame.symbol = symbols->symbolize(frame.addr);
       }
-      // /proc said nothing (unreadable): the BPF copy of the registers can.
-      if (t.syscall.mode == SyscallState::Mode::Unknown && it->second->syscall_nr >= 0 &&
-          !memory_blocked_.count(p.pid)) {
-        t.syscall.mode = SyscallState::Mode::InSyscall;
-        t.syscall.nr = it->second->syscall_nr;
-        std::copy(std::begin(it->second->syscall_args), std::end(it->second->syscall_args), t.syscall.args);
-        t.syscall.sp = view.user_sp;
-        t.syscall.pc = view.user_ip;
+      // The BPF copy of the registers, when /proc's reading does not stand.
+      if (!memory_blocked_.count(p.pid) &&
+          adopt_iterator_syscall(t, view, it->second->syscall_nr, it->second->syscall_args)) {
         WaitMemoryRead read = read_wait_memory(t.tid, t.syscall);
         t.memory = std::move(read.memory);
         auto& addresses = futex_addresses_[p.pid];
