@@ -19,10 +19,12 @@ packages=(
   demo:libbpf-dev demo:bpftool demo:libelf-dev demo:libdw-dev demo:zlib1g-dev
   demo:libfmt-dev demo:libcli11-dev demo:nlohmann-json3-dev
   demo:prometheus-cpp-dev    # hangtrace daemon's /metrics (linked into the binary)
+  demo:libcurl4-openssl-dev  # hangtrace merge fetches bundles from daemons and asks Prometheus
   demo:python3 demo:python3-torch   # the bundled hung job (and the PyTorch scenarios)
   all:llvm                   # llvm-objdump & co., for looking at the BPF objects
   all:libgtest-dev           # unit and integration tests
   all:prometheus             # the real server the daemon's metrics test scrapes with
+  all:prometheus-alertmanager   # routes the shipped alert rules to the fleet test's webhook
   all:procps all:gdb all:strace   # peers in scripts/bench_snapshot.sh
   all:libbpf-tools all:bpftrace   # peers in scripts/bench_live.sh and scripts/bench_daemon.sh
   all:chromium               # renders the flame graph in tests (headless screenshot)

@@ -40,6 +40,15 @@ const std::vector<std::string>& bundle_file_names();
 // live window's stall profile.
 const std::vector<std::string>& optional_bundle_file_names();
 
+// The host's clock when the bundle was written, as the kernel's NTP state
+// (adjtimex) has it: whether it is synchronized and its error bounds. Merge
+// uses it to say how far times from different hosts can be compared.
+struct HostClock {
+  double sampled_unix = 0;  // 0: not sampled (a bundle of an older hangtrace)
+  bool synchronized = false;
+  std::optional<double> max_error_s, est_error_s;  // adjtimex maxerror / esterror
+};
+
 struct BundleMeta {
   std::string schema = kBundleSchema;
   std::string trigger;           // "hang", "oom-kill", "sigbus", "abnormal-exit", "on-demand", "manual"
@@ -59,6 +68,7 @@ struct BundleMeta {
   std::string job_id, job_id_source;
   std::string hangtrace_version;
   std::vector<int> pids;  // the job's processes at the incident
+  HostClock clock;
 };
 
 // The meta of a bundle about `snapshot`'s job: its pid, command, host, rank,
@@ -111,16 +121,29 @@ bool plain_bundle_name(std::string_view name);
 // left by a writer that died. Returns how many were removed.
 Result<size_t> prune_bundles(const std::string& parent, size_t keep);
 
+// The offset of a bundle's host clock from the merging host's, measured when
+// it was fetched from its daemon (the daemon's clock in the index answer
+// against the request's round trip): host clock - local clock.
+struct ClockOffset {
+  double offset_s = 0;
+  double uncertainty_s = 0;  // half the round trip
+};
+
 struct LoadedBundle {
-  std::string path;
+  std::string path;  // a directory, an archive, or a URL
   BundleMeta meta;
   Snapshot snapshot;
-  nlohmann::json report;    // report.json
-  nlohmann::json recorder;  // recorder.json
+  nlohmann::json report;                    // report.json
+  nlohmann::json recorder;                  // recorder.json
+  std::optional<ClockOffset> clock_offset;  // set by whoever fetched it
 };
 
 // Reads a bundle directory back; "failed to read bundle DIR: why" on a
 // missing or corrupt file.
 Result<LoadedBundle> read_bundle(const std::string& dir);
+// The same from the bundle's files in memory (an archive, a download), by
+// name; `origin` names it in errors and in LoadedBundle::path.
+Result<LoadedBundle> read_bundle_files(const std::string& origin,
+                                       const std::map<std::string, std::string>& files);
 
 }  // namespace hangtrace

@@ -21,8 +21,11 @@ namespace hangtrace {
 inline constexpr const char* kBundleIndexSchema = "hangtrace-bundles/1";
 
 // What /bundles lists: each bundle's name, size on disk and the meta fields
-// a fleet tool picks bundles by (job id, rank, host, trigger, cause, times).
-nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const std::string& hostname);
+// a fleet tool picks bundles by (job id, rank, host, trigger, cause, times),
+// and the host's clock as it answers (`now_unix`), which a client fetching
+// from several hosts measures their clocks' offsets by.
+nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const std::string& hostname,
+                                 double now_unix);
 
 // The regular files of bundle directory `dir` (no links, no subdirectories),
 // as a ustar archive under `name`/, handed to `sink` in pieces of at most

@@ -48,6 +48,27 @@ struct MergedRank {
   // wait it is in. 0: unknown.
   double stall_unix = 0;
   std::string stall_basis;  // "last progress (bundle meta)", "main thread blocked", ""
+
+  // Its host's clock against the merging host's: stall_unix and the other
+  // times above are corrected by clock_offset_s (measured when the bundle was
+  // fetched from its daemon; 0 otherwise), and may be off by up to
+  // clock_uncertainty_s (unset: unknown, an unsynchronized clock and nothing
+  // measured). Ranks of one host share a clock and compare exactly.
+  double clock_offset_s = 0;
+  std::optional<double> clock_uncertainty_s;
+  std::string clock_basis;  // how the above is known, in words
+
+  // The stack of the thread that matters (the collective's, else the main
+  // thread), innermost first: Python frames "function (file:line)", else
+  // native function names. Ranks are grouped by it.
+  std::vector<std::string> stack;
+};
+
+// Ranks whose threads that matter have the same stack.
+struct StackGroup {
+  std::vector<int> members;  // indices into MergedJob::ranks
+  std::vector<std::string> stack;
+  bool outlier = false;  // smaller than the one largest group
 };
 
 // A rank the collective needs that is not in it.
@@ -61,9 +82,13 @@ struct AbsentRank {
 };
 
 struct FirstStall {
-  int index = -1;  // into MergedJob::ranks
-  double unix_time = 0;
+  int index = -1;        // into MergedJob::ranks
+  double unix_time = 0;  // on the merging host's clock
   std::string basis;
+  // Whether it stalled before the next rank by more than their clocks may
+  // differ; `order` says by how much, or why the order is not certain.
+  bool certain = true;
+  std::string order;
   std::vector<std::string> evidence;  // one line per rank compared, earliest first
 };
 
@@ -81,8 +106,9 @@ struct MergedJob {
   double waiting_since_unix = 0;  // the earliest waiting rank's entry into it (0: unknown)
   std::vector<AbsentRank> absent;
   std::optional<FirstStall> first_stall;
-  bool hang = false;    // ranks wait in a collective that some rank is missing from
-  std::string verdict;  // one line
+  std::vector<StackGroup> stack_groups;  // the largest first
+  bool hang = false;                     // ranks wait in a collective that some rank is missing from
+  std::string verdict;                   // one line
   std::vector<std::string> evidence;
 };
 

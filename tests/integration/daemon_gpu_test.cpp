@@ -70,7 +70,8 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   EXPECT_EQ(meta["cause"], "gpu-starved") << meta.dump(1);
   auto report = nlohmann::json::parse(read_text_file(path + "/report.json"), nullptr, false);
   const auto* starved = find_finding(report, "gpu-starved");
-  ASSERT_NE(starved, nullptr) << report["findings"].dump(1);
+  ASSERT_NE(starved, nullptr) << report["findings"].dump(1)
+                              << "\nlive.gpu: " << report["live"]["gpu"].dump(1);
   EXPECT_NE((*starved)["evidence"].dump().find("launched 105 kernels"), std::string::npos)
       << (*starved)["evidence"].dump(1);
 

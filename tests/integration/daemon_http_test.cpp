@@ -53,9 +53,11 @@ TEST(DaemonHttp, AHungRanksBundleIsServedWithItsJobIdOnlyWithTheToken) {
   EXPECT_EQ(meta["rank"], 5);
   EXPECT_FALSE(meta["hostname"].get<std::string>().empty());
 
-  // One series for the hung job, brought up to date once a second.
-  const std::string series = "hangtrace_job_hung{cause=\"" + meta["cause"].get<std::string>() +
-                             "\",job_id=\"llama-7b.run_3\",rank=\"5\"}";
+  // One series for the hung job, brought up to date once a second, naming
+  // its bundle (an alert's link to /bundles/NAME).
+  const std::string series = "hangtrace_job_hung{bundle=\"" +
+                             std::filesystem::path(path).filename().string() + "\",cause=\"" +
+                             meta["cause"].get<std::string>() + "\",job_id=\"llama-7b.run_3\",rank=\"5\"}";
   std::string metrics;
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
        std::chrono::steady_clock::now() < deadline;) {

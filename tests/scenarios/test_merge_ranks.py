@@ -101,16 +101,24 @@ class MergeRanks(GlooJobClass, unittest.TestCase):
         self.assertIn("verdict: HANG: rank 1 (host", completed.stdout, out)
         self.assertIn("missing from all_reduce:", completed.stdout, out)
 
-    def test_unreadable_bundle_is_an_error(self):
+    def test_an_unreadable_source_is_one_line_and_the_rest_is_merged(self):
         bogus = os.path.join(self.tmp, "not-a-bundle")
         os.makedirs(bogus, exist_ok=True)
         argv, completed = run_merge(self.paths[0], bogus)
         out = dump(argv, completed)
-        self.assertEqual(completed.returncode, 1, out)
         lines = completed.stderr.strip().splitlines()
-        self.assertEqual(len(lines), 1, out)
-        self.assertTrue(lines[0].startswith("hangtrace: failed to read bundle %s" % bogus), out)
+        self.assertEqual(lines, ["hangtrace: skipped %s: no bundle in that directory (no meta.json in it or below)"
+                                 % bogus], out)
+        # Rank 0's bundle alone: rank 1 sent none, so it is absent.
+        self.assertEqual(completed.returncode, 2, out)
+        self.assertIn("no bundle from rank 1 (of 2)", completed.stdout, out)
+        self.assertIn("warning: skipped %s" % bogus, completed.stdout, out)
 
+        argv, completed = run_merge(bogus)
+        out = dump(argv, completed)
+        self.assertEqual(completed.returncode, 1, out)
+        self.assertEqual(completed.stderr.strip().splitlines()[-1],
+                         "hangtrace: failed to merge: no bundle could be read (1 source skipped)", out)
 
 if __name__ == "__main__":
     unittest.main()

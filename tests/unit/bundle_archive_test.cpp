@@ -158,7 +158,7 @@ TEST(BundleArchive, TheIndexListsOurFinishedBundlesNewestFirstWithTheirJob) {
   fs::create_directory_symlink(elsewhere / "planted", dir.path / "planted");
   auto list = list_bundles(dir.path);
   ASSERT_TRUE(list) << list.error();
-  nlohmann::json index = bundle_index_json(*list, "node-7");
+  nlohmann::json index = bundle_index_json(*list, "node-7", 1.8e9);
   EXPECT_EQ(index["schema"], kBundleIndexSchema);
   EXPECT_EQ(index["hostname"], "node-7");
   ASSERT_EQ(index["bundles"].size(), 2u) << index.dump(1);

@@ -232,6 +232,34 @@ TEST(Bundle, CorruptFilesAreOneClearError) {
   EXPECT_NE(b.error().find("meta.json: No such file"), std::string::npos) << b.error();
 }
 
+// An archive's or a download's files read as a directory's are, with the
+// host clock the bundle recorded; what is missing is named.
+TEST(Bundle, ReadsBackFromFilesInMemoryWithItsHostClock) {
+  BundleContent c = content_for(rank_snapshot(), "hang");
+  c.meta.clock = HostClock{1.8e9, true, 0.25, 0.01};
+  c.files["meta.json"] = bundle_meta_to_json(c.meta).dump();
+  auto b = read_bundle_files("http://node-7:9400/bundles/x", c.files);
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_EQ(b->path, "http://node-7:9400/bundles/x");
+  EXPECT_EQ(b->meta.rank, 1);
+  EXPECT_EQ(b->snapshot.target_pid, 4242);
+  EXPECT_TRUE(b->meta.clock.synchronized);
+  EXPECT_EQ(b->meta.clock.max_error_s, 0.25);
+  EXPECT_EQ(b->meta.clock.sampled_unix, 1.8e9);
+  c.files.erase("recorder.json");
+  b = read_bundle_files("x.tar", c.files);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error(), "failed to read bundle x.tar: recorder.json: not in the bundle");
+  // Another host's clock bounds: a negative bound or a word is none.
+  auto m = bundle_meta_from_json(nlohmann::json::parse(
+      R"({"schema": "hangtrace-bundle/1", "clock": {"sampled_unix": 1.8e9, "synchronized": "yes",
+          "max_error_s": -1, "est_error_s": "x"}})"));
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_FALSE(m->clock.synchronized);
+  EXPECT_FALSE(m->clock.max_error_s);
+  EXPECT_FALSE(m->clock.est_error_s);
+}
+
 // A meta.json from another host: numbers past their fields are no values
 // (1e30 into an int was undefined behaviour: UBSan in the sanitized suite).
 TEST(Bundle, NumbersPastTheirFieldsInMetaAreNoValues) {

@@ -326,6 +326,106 @@ TEST(Merge, NoCollectiveNoHang) {
   EXPECT_NE(m.verdict.find("no bundle from rank 1 (of 2)"), std::string::npos) << m.verdict;
 }
 
+// Rank 1's host clock runs 20 s ahead of the merging host's (measured when
+// its bundle was fetched): by its own clock it stalled after rank 0, on one
+// clock 10 s before.
+TEST(Merge, ClockOffsetsMeasuredWhenFetchedOrderTheStalls) {
+  LoadedBundle r0 = rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40));
+  LoadedBundle r1 = rank_bundle(1, 2, "b", 300, uploading(0, 30));
+  r0.clock_offset = ClockOffset{0.0, 0.002};
+  r1.clock_offset = ClockOffset{20.0, 0.003};
+  MergedReport m = merge_bundles({r0, r1});
+  const MergedJob& job = m.jobs[0];
+  ASSERT_TRUE(job.first_stall);
+  EXPECT_EQ(job.ranks[job.first_stall->index].rank, 1);
+  EXPECT_DOUBLE_EQ(job.first_stall->unix_time, kSampled - 50);
+  EXPECT_TRUE(job.first_stall->certain);
+  EXPECT_NE(
+      job.first_stall->order.find("10.000 s before rank 0 (host a, pid 200), more than their clocks may "
+                                  "differ (± 5.0 ms)"),
+      std::string::npos)
+      << job.first_stall->order;
+  EXPECT_NE(job.first_stall->evidence[0].find("its clock corrected by -20.000 s"), std::string::npos)
+      << job.first_stall->evidence[0];
+  const MergedRank* one = find_rank(job, 1);
+  ASSERT_TRUE(one);
+  EXPECT_DOUBLE_EQ(one->clock_offset_s, 20.0);
+  EXPECT_NE(one->clock_basis.find("its clock 20.000 s ahead"), std::string::npos) << one->clock_basis;
+  nlohmann::json j = merged_report_to_json(m);
+  EXPECT_EQ(j["jobs"][0]["first_stall"]["certain"], true);
+  EXPECT_EQ(j["jobs"][0]["ranks"][1]["clock"]["offset_s"], 20.0);
+}
+
+// Stalls closer than the hosts' clocks may differ are not ordered; on one
+// host they are, whatever its clock.
+TEST(Merge, StallsCloserThanTheClocksMayDifferAreNotOrdered) {
+  auto synced = [](LoadedBundle b, double max_error) {
+    b.meta.clock = HostClock{kSampled, true, max_error, max_error / 2};
+    return b;
+  };
+  MergedReport close = merge_bundles({synced(rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), 0.5),
+                                      synced(rank_bundle(1, 2, "b", 300, uploading(0, 40.3)), 0.5)});
+  ASSERT_TRUE(close.jobs[0].first_stall);
+  EXPECT_FALSE(close.jobs[0].first_stall->certain);
+  EXPECT_NE(
+      close.jobs[0].first_stall->order.find("within what their clocks may differ (± 1.000 s): the order "
+                                            "is not certain"),
+      std::string::npos)
+      << close.jobs[0].first_stall->order;
+
+  LoadedBundle unsynced = rank_bundle(1, 2, "b", 300, uploading(0, 75));
+  unsynced.meta.clock = HostClock{kSampled, false, 16.0, 16.0};
+  MergedReport unknown = merge_bundles({rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), unsynced});
+  ASSERT_TRUE(unknown.jobs[0].first_stall);
+  EXPECT_FALSE(unknown.jobs[0].first_stall->certain);
+  EXPECT_NE(unknown.jobs[0].first_stall->order.find("how far their clocks differ is unknown"),
+            std::string::npos)
+      << unknown.jobs[0].first_stall->order;
+
+  MergedReport one_host = merge_bundles(
+      {rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), rank_bundle(1, 2, "a", 300, uploading(0, 40.3))});
+  ASSERT_TRUE(one_host.jobs[0].first_stall);
+  EXPECT_TRUE(one_host.jobs[0].first_stall->certain);
+  EXPECT_NE(one_host.jobs[0].first_stall->order.find("on one host's clock"), std::string::npos);
+}
+
+// Seven ranks in all_reduce share a stack; rank 3 is elsewhere and stands
+// out, as ByteRobust's stack aggregation would show it.
+TEST(Merge, RanksAreGroupedByStackAndTheOutlierStandsOut) {
+  std::vector<LoadedBundle> bundles;
+  for (int rank = 0; rank < 8; ++rank)
+    bundles.push_back(rank_bundle(rank, 8, fmt::format("node-{}", rank), 100 + rank,
+                                  rank == 3 ? uploading(0, 50) : in_all_reduce(0, 40)));
+  MergedReport m = merge_bundles(bundles);
+  const MergedJob& job = m.jobs[0];
+  ASSERT_EQ(job.stack_groups.size(), 2u);
+  EXPECT_EQ(job.stack_groups[0].members.size(), 7u);
+  EXPECT_FALSE(job.stack_groups[0].outlier);
+  EXPECT_EQ(job.stack_groups[0].stack.front(), "all_reduce (distributed_c10d.py:1536)");
+  ASSERT_EQ(job.stack_groups[1].members.size(), 1u);
+  EXPECT_TRUE(job.stack_groups[1].outlier);
+  EXPECT_EQ(job.ranks[job.stack_groups[1].members[0]].rank, 3);
+  std::string evidence = fmt::format("{}", fmt::join(job.evidence, "\n"));
+  EXPECT_NE(
+      evidence.find("rank 3 stands out: a stack no other rank has (wait_for_checkpoint_upload (train.py:64) "
+                    "<- <module> (train.py:92)), ranks 0-2, 4-7 share another"),
+      std::string::npos)
+      << evidence;
+  std::string text = render_merged_text(m);
+  EXPECT_NE(text.find("ranks by stack (2 groups):\n  ranks 0-2, 4-7: all_reduce"), std::string::npos) << text;
+  EXPECT_NE(text.find("  rank 3 (outlier): wait_for_checkpoint_upload"), std::string::npos) << text;
+  nlohmann::json j = merged_report_to_json(m);
+  EXPECT_EQ(j["jobs"][0]["stack_groups"][1]["ranks"], nlohmann::json::array({3}));
+  EXPECT_EQ(j["jobs"][0]["stack_groups"][1]["outlier"], true);
+
+  // Two ranks, two stacks: neither is the majority, no outlier is claimed.
+  MergedReport two = merge_bundles(
+      {rank_bundle(0, 2, "a", 200, in_all_reduce(0, 40)), rank_bundle(1, 2, "b", 300, uploading(0, 75))});
+  ASSERT_EQ(two.jobs[0].stack_groups.size(), 2u);
+  EXPECT_FALSE(two.jobs[0].stack_groups[0].outlier);
+  EXPECT_FALSE(two.jobs[0].stack_groups[1].outlier);
+}
+
 TEST(Merge, ClockTextIsUtc) { EXPECT_EQ(format_utc_clock(kSampled), "22:13:20"); }
 
 }  // namespace

@@ -98,6 +98,7 @@ class Daemon {
     // Its job id (job_identity.h) and rank, as its last hang bundle found them.
     std::string job_id;
     std::optional<int> rank;
+    std::string hang_bundle;          // the name of that bundle ("" when it could not be written)
     std::vector<Incident> incidents;  // waiting for their due time (the death's records to arrive)
     std::set<std::pair<int, std::string>> incident_seen;  // (pid, trigger): one bundle each
     std::map<int, ProcessMeta> meta;                      // its live processes

@@ -15,6 +15,8 @@
 #include "hangtrace/bundle.h"
 #include "hangtrace/bundle_archive.h"
 #include "hangtrace/text.h"
+#include "token_file.h"
+#include "host_clock.h"
 
 namespace hangtrace::cli {
 
@@ -49,32 +51,6 @@ bool loopback_address(const std::string& address) {
   std::string host = address.substr(0, address.rfind(':'));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return host == "localhost" || host == "::1" || host.starts_with("127.");
-}
-
-// The token in `path` (its first line, surrounding blanks trimmed): a file
-// only its owner can read, or an error naming what is wrong with it.
-Result<std::string> read_token_file(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return make_error(fmt::format("failed to read the token file {}: {}", path, errno_text(errno)));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) {
-    close(fd);
-    return make_error(fmt::format("failed to read the token file {}: not a small regular file", path));
-  }
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    close(fd);
-    return make_error(fmt::format("failed to read the token file {}: others may read it (chmod 600)", path));
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  ssize_t n = read(fd, text.data(), text.size());
-  close(fd);
-  if (n < 0) return make_error(fmt::format("failed to read the token file {}: {}", path, errno_text(errno)));
-  text.resize(static_cast<size_t>(n));
-  std::string token(trim(text.substr(0, text.find('\n')), " \t\r"));
-  if (token.size() < 16)
-    return make_error(
-        fmt::format("failed to read the token file {}: the token is shorter than 16 characters", path));
-  return token;
 }
 
 class MetricsHandler final : public CivetHandler {
@@ -128,7 +104,8 @@ class BundlesHandler final : public CivetHandler {
       send_text(conn, 500, bundles.error() + "\n");
       return true;
     }
-    send(conn, 200, "application/json", bundle_index_json(*bundles, o_.hostname).dump(1) + "\n");
+    send(conn, 200, "application/json",
+         bundle_index_json(*bundles, o_.hostname, wall_clock_unix()).dump(1) + "\n");
     return true;
   }
 

@@ -32,12 +32,13 @@ std::unique_ptr<DaemonMetrics> DaemonMetrics::make(const std::string& kernel) {
            .Name("hangtrace_hang_active")
            .Help("Tracked jobs hung now (no progress for --hang-after), by the diagnosis's cause")
            .Register(r);
-  m->job_hung_ = &BuildGauge()
-                      .Name("hangtrace_job_hung")
-                      .Help(
-                          "1 for each tracked job hung now, by its job id (the same on every host), rank and "
-                          "cause; no series for jobs that are not hung")
-                      .Register(r);
+  m->job_hung_ =
+      &BuildGauge()
+           .Name("hangtrace_job_hung")
+           .Help(
+               "1 for each tracked job hung now, by its job id (the same on every host), rank, "
+               "cause and hang bundle (served at /bundles/BUNDLE); no series for jobs that are not hung")
+           .Register(r);
   m->hangs_detected_ =
       &BuildCounter().Name("hangtrace_hangs_detected_total").Help("Hangs detected, by cause").Register(r);
   m->bundles_ =
@@ -132,7 +133,8 @@ void DaemonMetrics::set_hangs_active(const std::map<std::string, int>& by_cause)
 
 void DaemonMetrics::set_jobs_hung(const std::set<HungJob>& hung) {
   auto labels = [](const HungJob& j) {
-    return prometheus::Labels{{"job_id", j.job_id}, {"rank", j.rank}, {"cause", j.cause}};
+    return prometheus::Labels{
+        {"job_id", j.job_id}, {"rank", j.rank}, {"cause", j.cause}, {"bundle", j.bundle}};
   };
   for (const auto& j : jobs_hung_)
     if (!hung.count(j)) job_hung_->Remove(&job_hung_->Add(labels(j)));
@@ -224,7 +226,7 @@ void Daemon::update_metrics(uint64_t now) {
     if (!job.hung) continue;
     const std::string cause = job.hang_cause.empty() ? "no-progress" : job.hang_cause;
     hung[cause]++;
-    jobs_hung.insert({job.job_id, job.rank ? std::to_string(*job.rank) : "", cause});
+    jobs_hung.insert({job.job_id, job.rank ? std::to_string(*job.rank) : "", cause, job.hang_bundle});
   }
   metrics_->set_jobs_hung(jobs_hung);
   for (const auto& [c, n] : hung) causes_seen_[c] = 0;

@@ -31,7 +31,7 @@ class DaemonMetrics {
   // One series per job hung now, (job id, rank, cause): those of jobs no
   // longer hung are removed, so the labels stay bounded by the hung jobs.
   struct HungJob {
-    std::string job_id, rank, cause;
+    std::string job_id, rank, cause, bundle;
     auto operator<=>(const HungJob&) const = default;
   };
   void set_jobs_hung(const std::set<HungJob>& hung);

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -13,6 +15,7 @@
 #include "hangtrace/kallsyms.h"
 #include "python_stacks.h"
 #include "task_iter.h"
+#include "host_clock.h"
 
 namespace hangtrace::cli {
 
@@ -171,6 +174,7 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
   BundleMeta meta = bundle_meta_for(s, d, trigger);
   if (d.findings.empty()) meta.cause = trigger == "hang" ? "no-progress" : trigger;
   meta.job_start_ticks = job.start_ticks;
+  meta.clock = sample_host_clock();
   meta.incident_unix = static_cast<double>(incident_ns) / 1e9 + offset;
   meta.note = note;
   if (trigger == "hang") {
@@ -187,6 +191,7 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
     job.hang_cause = meta.cause;
     job.job_id = meta.job_id;
     job.rank = meta.rank;
+    job.hang_bundle.clear();
   }
   if (trigger == "hang") metrics_->hang_detected(meta.cause);
   nlohmann::json recorder = job.recorder->to_json(offset);
@@ -218,6 +223,7 @@ void Daemon::write_bundle_for(Job& job, const std::string& trigger, uint64_t inc
   }
   metrics_->bundle_written(trigger);
   job.last_bundle_ns = now_ns();
+  if (trigger == "hang") job.hang_bundle = std::filesystem::path(*path).filename().string();
   log(0,
       fmt::format("bundle written: {} ({}, {}: {})", path->c_str(), trigger, meta.cause, d.verdict.summary));
   if (auto pruned = prune_bundles(options_.bundle_dir, options_.keep_bundles); pruned && *pruned)

@@ -1,67 +1,46 @@
-// hangtrace merge BUNDLE...: one job's ranks, from the bundles of its hosts
-// (docs/merge.md). Each BUNDLE is a bundle directory (it has meta.json) or a
-// directory holding bundles (the daemon's, or `hangtrace --bundle DIR`'s).
+// hangtrace merge SOURCE...: one job's ranks, from the bundles of its hosts
+// (docs/merge.md). A SOURCE is a bundle directory, a directory holding
+// bundles, a bundle archive, or a daemon's URL; --prometheus URL --job ID asks
+// Prometheus which daemons report the job hung and fetches their bundles
+// (merge_sources.cpp). A source that fails is one line on stderr and a
+// warning in the report; the rest are merged.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 
-#include "hangtrace/bundle.h"
 #include "hangtrace/merge.h"
+#include "merge_sources.h"
 #include "subcommands.h"
+#include "token_file.h"
 
 namespace hangtrace::cli {
 
 namespace {
 
-namespace fs = std::filesystem;
-
 struct MergeOptions {
-  std::vector<std::string> bundles;
+  MergeSources sources;
+  std::string token_file;
   std::string json_path;  // "-": stdout, no text
 };
 
-bool is_bundle_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / "meta.json", ec);
-}
-
-// The bundle directories an argument names: itself, or the bundles directly
-// inside it (hidden ones, half-written, are skipped), sorted by name.
-std::vector<std::string> bundle_dirs(const std::string& arg) {
-  fs::path dir(arg);
-  if (is_bundle_dir(dir)) return {arg};
-  std::vector<std::string> out;
-  std::error_code ec;
-  if (fs::is_directory(dir, ec))
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      std::string name = e.path().filename().string();
-      if (name.empty() || name[0] == '.') continue;
-      if (e.is_directory(ec) && is_bundle_dir(e.path())) out.push_back(e.path().string());
-    }
-  std::sort(out.begin(), out.end());
-  if (out.empty()) out.push_back(arg);  // read_bundle says why it is no bundle
-  return out;
-}
-
-int run_merge(const MergeOptions& opt) {
-  std::vector<LoadedBundle> loaded;
-  for (const auto& arg : opt.bundles)
-    for (const auto& dir : bundle_dirs(arg)) {
-      auto b = read_bundle(dir);
-      if (!b) {
-        std::string why = b.error();
-        // read_bundle's message already names the bundle; otherwise add it.
-        return fail(why.rfind("failed to read bundle", 0) == 0
-                        ? why
-                        : fmt::format("failed to read bundle {}: {}", dir, why));
-      }
-      loaded.push_back(std::move(*b));
-    }
-  MergedReport report = merge_bundles(loaded);
+int run_merge(MergeOptions opt) {
+  if (opt.sources.sources.empty() && opt.sources.prometheus_url.empty())
+    return fail("failed to merge: name bundles, archives or daemon URLs, or --prometheus URL --job ID");
+  if (!opt.sources.prometheus_url.empty() && opt.sources.job_id.empty())
+    return fail("failed to merge: --prometheus needs --job ID (the job id the daemons report)");
+  if (!opt.token_file.empty()) {
+    auto token = read_token_file(opt.token_file);
+    if (!token) return fail(token.error());
+    opt.sources.token = std::move(*token);
+  }
+  GatheredBundles gathered = gather_bundles(opt.sources);
+  for (const auto& line : gathered.skipped) std::fprintf(stderr, "hangtrace: skipped %s\n", line.c_str());
+  if (gathered.bundles.empty())
+    return fail(fmt::format("failed to merge: no bundle could be read ({} source{} skipped)",
+                            gathered.skipped.size(), gathered.skipped.size() == 1 ? "" : "s"));
+  MergedReport report = merge_bundles(gathered.bundles);
+  for (const auto& line : gathered.skipped) report.warnings.push_back("skipped " + line);
   std::string error;
   if (!write_json_and_text(
           opt.json_path, [&] { return merged_report_to_json(report).dump(2) + "\n"; },
@@ -78,10 +57,26 @@ Subcommand add_merge_subcommand(CLI::App& parent) {
   s.app = parent.add_subcommand(
       "merge",
       "merge the bundles of one job's ranks (several hosts): which rank is missing from the collective, "
-      "what it does instead, which rank stalled first. Exit status: 2 a rank is missing, 0 none, 1 error");
-  s.app->add_option("bundles", opt->bundles, "bundle directories, or directories holding bundles")
-      ->required()
-      ->type_name("BUNDLE...");
+      "what it does instead, which rank stalled first, which ranks' stacks stand out. Exit status: 2 a rank "
+      "is missing, 0 none, 1 no bundle could be read");
+  s.app
+      ->add_option("sources", opt->sources.sources,
+                   "bundle directories, directories holding bundles, bundle archives (.tar), or daemon URLs "
+                   "(http://HOST:PORT, whose /bundles are fetched)")
+      ->type_name("SOURCE...");
+  s.app
+      ->add_option("--prometheus", opt->sources.prometheus_url,
+                   "ask this Prometheus (http://HOST:9090) which daemons report --job hung "
+                   "(hangtrace_job_hung, within the last hour) and fetch their bundles")
+      ->type_name("URL");
+  s.app
+      ->add_option("--job", opt->sources.job_id,
+                   "merge only the bundles of this job id (the job_id label and bundle field)")
+      ->type_name("ID");
+  s.app
+      ->add_option("--token-file", opt->token_file,
+                   "send the token in FILE (mode 600) to daemons, as their --bundle-token-file")
+      ->type_name("FILE");
   s.app->add_option("--json", opt->json_path,
                     "write the merged report as JSON to FILE ('-' = stdout, no text)");
   s.run = [opt] { return run_merge(*opt); };

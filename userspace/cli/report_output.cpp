@@ -13,6 +13,7 @@
 #include "hangtrace/report.h"
 #include "hangtrace/snapshot_json.h"
 #include "subcommands.h"
+#include "host_clock.h"
 
 namespace hangtrace::cli {
 
@@ -113,6 +114,7 @@ int report(const Snapshot& snap, const Options& opt, const LiveObservation* live
   if (!write_exports(snap, d, opt, live, &error)) return fail(error);
   if (!opt.bundle_parent.empty()) {
     BundleMeta meta = bundle_meta_for(snap, d, "manual");
+    meta.clock = sample_host_clock();
     nlohmann::json recorder = {{"events", nlohmann::json::array()},
                                {"note", "written by hand (hangtrace --bundle): no flight recorder"}};
     auto path =

@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -43,17 +45,49 @@ std::string path_safe(const std::string& s) {
   return out.empty() ? "unknown" : out;
 }
 
+Result<json> parse_json_file(const std::string& name, std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return make_error(fmt::format("{}: not valid JSON", name));
+  return j;
+}
+
 Result<json> read_json_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in)
-    return make_error(
-        fmt::format("{}: {}", std::filesystem::path(path).filename().string(), errno_text(errno)));
+  const std::string name = std::filesystem::path(path).filename().string();
+  if (!in) return make_error(fmt::format("{}: {}", name, errno_text(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded())
-    return make_error(fmt::format("{}: not valid JSON", std::filesystem::path(path).filename().string()));
-  return j;
+  return parse_json_file(name, ss.str());
+}
+
+// The files read_bundle needs: the rest are for people and tools.
+constexpr std::array<const char*, 4> kReadBack = {"meta.json", "snapshot.json", "report.json",
+                                                  "recorder.json"};
+
+json clock_json(const HostClock& c) {
+  if (c.sampled_unix <= 0) return nullptr;
+  return {{"sampled_unix", c.sampled_unix},
+          {"synchronized", c.synchronized},
+          {"max_error_s", json_values::nullable(c.max_error_s)},
+          {"est_error_s", json_values::nullable(c.est_error_s)}};
+}
+
+// Another host's words: a bound that is no finite, non-negative number is none.
+HostClock clock_from_json(const json& j) {
+  HostClock c;
+  if (!j.is_object()) return c;
+  auto seconds = [&](const char* key) -> std::optional<double> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return std::nullopt;
+    double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0) return std::nullopt;
+    return v;
+  };
+  c.sampled_unix = seconds("sampled_unix").value_or(0);
+  if (auto it = j.find("synchronized"); it != j.end() && it->is_boolean()) c.synchronized = it->get<bool>();
+  c.max_error_s = seconds("max_error_s");
+  c.est_error_s = seconds("est_error_s");
+  return c;
 }
 
 }  // namespace
@@ -117,7 +151,8 @@ json bundle_meta_to_json(const BundleMeta& m) {
           {"job_id", m.job_id},
           {"job_id_source", m.job_id_source},
           {"hangtrace_version", m.hangtrace_version},
-          {"pids", m.pids}};
+          {"pids", m.pids},
+          {"clock", clock_json(m.clock)}};
 }
 
 Result<BundleMeta> bundle_meta_from_json(const json& j) {
@@ -167,6 +202,7 @@ Result<BundleMeta> bundle_meta_from_json(const json& j) {
   if (auto it = j.find("pids"); it != j.end() && it->is_array())
     for (const auto& p : *it)
       if (p.is_number_integer()) m.pids.push_back(p.get<int>());
+  if (auto it = j.find("clock"); it != j.end()) m.clock = clock_from_json(*it);
   return m;
 }
 
@@ -302,29 +338,47 @@ Result<size_t> prune_bundles(const std::string& parent, size_t keep) {
   return removed;
 }
 
-Result<LoadedBundle> read_bundle(const std::string& dir) {
+namespace {
+
+// meta.json, snapshot.json, report.json and recorder.json, parsed, from
+// `json_of(name)`; errors read "failed to read bundle ORIGIN: why".
+template <typename JsonOf>
+Result<LoadedBundle> load_bundle(const std::string& origin, JsonOf&& json_of) {
   auto failed = [&](const std::string& why) {
-    return make_error(fmt::format("failed to read bundle {}: {}", dir, why));
+    return make_error(fmt::format("failed to read bundle {}: {}", origin, why));
   };
+  std::map<std::string, json> parsed;
+  for (const char* name : kReadBack) {
+    auto j = json_of(std::string(name));
+    if (!j) return failed(j.error());
+    parsed[name] = std::move(*j);
+  }
   LoadedBundle b;
-  b.path = dir;
-  auto meta = read_json_file(dir + "/meta.json");
-  if (!meta) return failed(meta.error());
-  auto m = bundle_meta_from_json(*meta);
+  b.path = origin;
+  auto m = bundle_meta_from_json(parsed["meta.json"]);
   if (!m) return failed(m.error());
   b.meta = std::move(*m);
-  auto snap_json = read_json_file(dir + "/snapshot.json");
-  if (!snap_json) return failed(snap_json.error());
-  auto snap = snapshot_from_json(*snap_json);
+  auto snap = snapshot_from_json(parsed["snapshot.json"]);
   if (!snap) return failed("snapshot.json: " + snap.error());
   b.snapshot = std::move(*snap);
-  auto report = read_json_file(dir + "/report.json");
-  if (!report) return failed(report.error());
-  b.report = std::move(*report);
-  auto recorder = read_json_file(dir + "/recorder.json");
-  if (!recorder) return failed(recorder.error());
-  b.recorder = std::move(*recorder);
+  b.report = std::move(parsed["report.json"]);
+  b.recorder = std::move(parsed["recorder.json"]);
   return b;
+}
+
+}  // namespace
+
+Result<LoadedBundle> read_bundle(const std::string& dir) {
+  return load_bundle(dir, [&](const std::string& name) { return read_json_file(dir + "/" + name); });
+}
+
+Result<LoadedBundle> read_bundle_files(const std::string& origin,
+                                       const std::map<std::string, std::string>& files) {
+  return load_bundle(origin, [&](const std::string& name) -> Result<json> {
+    auto it = files.find(name);
+    if (it == files.end()) return make_error(fmt::format("{}: not in the bundle", name));
+    return parse_json_file(name, it->second);
+  });
 }
 
 }  // namespace hangtrace

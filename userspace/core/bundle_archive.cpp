@@ -89,7 +89,8 @@ std::string c_field(std::string_view block, size_t offset, size_t width) {
 
 }  // namespace
 
-nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const std::string& hostname) {
+nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const std::string& hostname,
+                                 double now_unix) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& b : bundles) {
     uint64_t bytes = 0;
@@ -112,7 +113,7 @@ nlohmann::json bundle_index_json(const std::vector<BundleEntry>& bundles, const 
                     {"created_unix", m.created_unix},
                     {"incident_unix", m.incident_unix}});
   }
-  return {{"schema", kBundleIndexSchema}, {"hostname", hostname}, {"bundles", list}};
+  return {{"schema", kBundleIndexSchema}, {"hostname", hostname}, {"now_unix", now_unix}, {"bundles", list}};
 }
 
 Result<size_t> write_bundle_tar(const std::string& dir, const std::string& name,

@@ -16,21 +16,29 @@
 #include "hangtrace/collectives.h"
 #include "hangtrace/jobs.h"
 #include "hangtrace/text.h"
+#include "merge_compare.h"
 
 namespace hangtrace {
 
-namespace {
+namespace merge_detail {
 
 std::string rank_name(const MergedRank& r) {
   std::string who = r.rank ? fmt::format("rank {}", *r.rank) : std::string("unranked process");
   return fmt::format("{} (host {}, pid {})", who, r.host.empty() ? "?" : r.host, r.pid);
 }
 
+std::string clock_utc(double t) { return format_utc_clock(t) + " UTC"; }
+
+}  // namespace merge_detail
+
+namespace {
+
+using merge_detail::clock_utc;
+using merge_detail::rank_name;
+
 std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
 }
-
-std::string clock_utc(double t) { return format_utc_clock(t) + " UTC"; }
 
 // The processes of a bundle that are ranks: those whose environment names a
 // rank, less their own children that inherited it (DataLoader workers); else
@@ -88,6 +96,8 @@ MergedRank merged_rank(const LoadedBundle& b, const WaitGraph& graph, const Proc
     r.stall_unix = r.collective_since_unix;
     r.stall_basis = "collective thread blocked";
   }
+  r.stack = merge_detail::thread_stack(p, r.in_collective ? r.collective_tid : p.pid);
+  merge_detail::place_on_local_clock(r, b);
   return r;
 }
 
@@ -184,25 +194,8 @@ void analyse_job(MergedJob& job, std::vector<std::string>& warnings) {
   }
   job.hang = !job.waiting.empty() && !job.absent.empty();
 
-  // The first rank to stall.
-  std::vector<int> order;
-  for (size_t i = 0; i < job.ranks.size(); ++i)
-    if (job.ranks[i].stall_unix > 0) order.push_back(static_cast<int>(i));
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return job.ranks[a].stall_unix < job.ranks[b].stall_unix; });
-  if (!order.empty()) {
-    FirstStall f;
-    f.index = order.front();
-    f.unix_time = job.ranks[f.index].stall_unix;
-    f.basis = job.ranks[f.index].stall_basis;
-    for (int i : order) {
-      const MergedRank& r = job.ranks[i];
-      std::string after = i == f.index ? "" : fmt::format(", {:.3f} s later", r.stall_unix - f.unix_time);
-      f.evidence.push_back(fmt::format("{} stalled at {}{} ({}; {})", rank_name(r), clock_utc(r.stall_unix),
-                                       after, r.stall_basis, r.in_collective ? "in " + r.op : r.doing));
-    }
-    job.first_stall = f;
-  }
+  job.first_stall = merge_detail::first_stall(job.ranks);
+  job.stack_groups = merge_detail::group_by_stack(job.ranks);
 
   // Evidence and verdict.
   std::vector<int> waiting_ranks;
@@ -220,6 +213,14 @@ void analyse_job(MergedJob& job, std::vector<std::string>& warnings) {
     job.evidence.push_back(a.has_bundle
                                ? fmt::format("{} is {}: {}", rank_name(job.ranks[a.index]), a.reason, a.doing)
                                : a.reason);
+  for (const auto& g : job.stack_groups)
+    if (g.outlier)
+      job.evidence.push_back(fmt::format(
+          "{} stand{} out: a stack no other rank has ({}), {} share{} another",
+          merge_detail::member_ranks(job.ranks, g.members), g.members.size() == 1 ? "s" : "",
+          fmt::join(g.stack.begin(), g.stack.begin() + std::min<size_t>(3, g.stack.size()), " <- "),
+          merge_detail::member_ranks(job.ranks, job.stack_groups.front().members),
+          job.stack_groups.front().members.size() == 1 ? "s" : ""));
 
   if (job.hang) {
     std::vector<int> absent_ranks;
@@ -272,7 +273,12 @@ nlohmann::json rank_json(const MergedRank& r) {
                       {"doing", r.doing},
                       {"main_blocked_s", nullable(r.main_blocked_s)},
                       {"stall_unix", time_json(r.stall_unix)},
-                      {"stall_basis", r.stall_basis}};
+                      {"stall_basis", r.stall_basis},
+                      {"clock",
+                       {{"offset_s", r.clock_offset_s},
+                        {"uncertainty_s", nullable(r.clock_uncertainty_s)},
+                        {"basis", r.clock_basis}}},
+                      {"stack", r.stack}};
   if (r.in_collective) {
     j["collective"] = {{"op", r.op},
                        {"backend", r.backend},
@@ -378,7 +384,15 @@ nlohmann::json merged_report_to_json(const MergedReport& report) {
                {"pid", r.pid},
                {"unix_time", job.first_stall->unix_time},
                {"basis", job.first_stall->basis},
+               {"certain", job.first_stall->certain},
+               {"order", job.first_stall->order},
                {"evidence", job.first_stall->evidence}};
+    }
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& g : job.stack_groups) {
+      nlohmann::json members = nlohmann::json::array();
+      for (int i : g.members) members.push_back(nullable(job.ranks[i].rank));
+      groups.push_back({{"ranks", members}, {"outlier", g.outlier}, {"stack", g.stack}});
     }
     jobs.push_back({{"job_id", job.job_id},
                     {"world_size", nullable(job.world_size)},
@@ -392,6 +406,7 @@ nlohmann::json merged_report_to_json(const MergedReport& report) {
                     {"absent", absent},
                     {"missing", job.missing},
                     {"first_stall", first},
+                    {"stack_groups", groups},
                     {"ranks", ranks},
                     {"evidence", job.evidence}});
   }
@@ -436,9 +451,17 @@ std::string render_merged_text(const MergedReport& report) {
     }
     if (job.first_stall) {
       const MergedRank& r = job.ranks[job.first_stall->index];
-      out += fmt::format("first to stall: {} at {} ({})\n", rank_name(r),
-                         clock_utc(job.first_stall->unix_time), job.first_stall->basis);
+      out += fmt::format("first to stall: {} at {} ({}){}\n", rank_name(r),
+                         clock_utc(job.first_stall->unix_time), job.first_stall->basis,
+                         job.first_stall->order.empty() ? "" : "; " + job.first_stall->order);
       for (const auto& e : job.first_stall->evidence) out += "  " + e + "\n";
+    }
+    if (job.stack_groups.size() > 1) {
+      out += fmt::format("ranks by stack ({} groups):\n", job.stack_groups.size());
+      for (const auto& g : job.stack_groups)
+        out += fmt::format(
+            "  {}{}: {}\n", merge_detail::member_ranks(job.ranks, g.members), g.outlier ? " (outlier)" : "",
+            fmt::join(g.stack.begin(), g.stack.begin() + std::min<size_t>(4, g.stack.size()), " <- "));
     }
     if (!job.evidence.empty()) {
       out += "evidence:\n";
