@@ -300,6 +300,9 @@ struct SocketInfo {
   uint64_t rx_queue = 0, tx_queue = 0;
   uint64_t peer_inode = 0;  // unix: from sock_diag; tcp: matched reverse tuple
   bool remote_is_local_host = false;
+  // unix: a connection not accepted yet -- its other end waits in the accept
+  // queue of this listening socket (sock_diag UNIX_DIAG_ICONS); 0 otherwise.
+  uint64_t pending_on_listener = 0;
 };
 
 struct ShmSegment {

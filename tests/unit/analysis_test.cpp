@@ -8,6 +8,7 @@
 
 #include "hangtrace/analysis.h"
 #include "hangtrace/report.h"
+#include "hangtrace/snapshot_json.h"
 #include "snapshot_builder.h"
 
 namespace hangtrace {
@@ -54,6 +55,44 @@ SnapshotBuilder fork_inherited_lock() {
     b.fd(pid, 6, FdKind::Pipe, 777, O_WRONLY);
   }
   return b;
+}
+
+// The main process connected to a worker's listening unix socket (as
+// torch's file-descriptor sharing does) and reads the answer before the
+// worker accepted: the other end sits in the listener's accept queue, held by
+// no fd yet. The worker holding the listener will accept it: no dead peer.
+TEST(Analysis, AConnectionNotAcceptedYetWaitsOnTheListenersHolder) {
+  auto reading_before_accept = [](uint64_t pending_on_listener) {
+    SnapshotBuilder b(100);
+    b.proc(100, 1, ProcessRole::Target);
+    b.proc(200, 100, ProcessRole::Descendant);
+    ThreadInfo& main = b.thread(100, 100, 'S', 30.0);
+    in_syscall(main, kRead, {14, 0x1000, 4});
+    b.thread(200, 200, 'S', 30.0);
+    in_syscall(b.find(200)->threads.back(), kPoll, {0x5000, 1, static_cast<uint64_t>(-1)});
+    b.fd(100, 14, FdKind::Socket, 71);
+    b.fd(200, 9, FdKind::Socket, 90);  // the listener
+    SocketInfo client{71, 0, "unix", "CONNECTED", "", "", 0, 0, 0, true};
+    client.pending_on_listener = pending_on_listener;
+    b.s.sockets.push_back(client);
+    b.s.sockets.push_back({90, 0, "unix", "LISTEN", "/tmp/pymp-x/listener-1", "", 0, 0, 0, true});
+    return b;
+  };
+  Diagnosis gone = diagnose(reading_before_accept(0).s);  // of_kind points into it: kept alive
+  EXPECT_EQ(testing::of_kind(gone, FindingKind::DeadPeer).size(), 1u);
+  SnapshotBuilder pending = reading_before_accept(90);
+  Diagnosis d = diagnose(pending.s);
+  EXPECT_TRUE(testing::of_kind(d, FindingKind::DeadPeer).empty());
+  const WaitObject& o = d.graph.objects.at("socket:[71]");
+  ASSERT_EQ(o.releaser_processes.size(), 1u);
+  EXPECT_EQ(o.releaser_processes[0].pid, 200);
+  ASSERT_FALSE(o.notes.empty());
+  EXPECT_EQ(o.notes.back(), "not accepted yet by the listening unix socket:[90] /tmp/pymp-x/listener-1");
+  // Through the snapshot's JSON and back, the same.
+  auto reloaded = snapshot_from_json(snapshot_to_json(pending.s));
+  ASSERT_TRUE(reloaded.ok()) << reloaded.error();
+  Diagnosis again = diagnose(*reloaded);
+  EXPECT_TRUE(testing::of_kind(again, FindingKind::DeadPeer).empty());
 }
 
 TEST(Analysis, ForkInheritedLockIsOrphanedAndCertain) {

@@ -106,6 +106,12 @@ void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
         it->second.tx_queue = d.tx_queue;
       }
     }
+    // A connection in a listener's accept queue: the listener's holder will
+    // accept it (until then its other end is held by no fd).
+    for (const auto& d : *facts.unix_sockets)
+      for (uint64_t client : d.pending_clients)
+        if (auto c = ns.by_inode.find(client); c != ns.by_inode.end())
+          c->second.pending_on_listener = d.inode;
     // The remote end of a unix socket is named by its peer.
     for (auto& [inode, s] : ns.by_inode) {
       if (s.family != "unix" || !s.peer_inode) continue;

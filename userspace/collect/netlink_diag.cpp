@@ -66,6 +66,15 @@ void parse_unix_diag_message(const nlmsghdr* header, std::vector<UnixDiagEntry>&
           entry.peer_inode = peer;
         }
         break;
+      case UNIX_DIAG_ICONS:
+        for (size_t at = 0;
+             at + sizeof(uint32_t) <= payload_len && entry.pending_clients.size() < kMaxPendingConnections;
+             at += sizeof(uint32_t)) {
+          uint32_t client;
+          std::memcpy(&client, static_cast<const char*>(payload) + at, sizeof client);
+          if (client) entry.pending_clients.push_back(client);
+        }
+        break;
       case UNIX_DIAG_RQLEN:
         if (payload_len >= sizeof(unix_diag_rqlen)) {
           unix_diag_rqlen q;
@@ -102,7 +111,7 @@ Result<std::vector<UnixDiagEntry>> unix_diag_dump() {
   message.header.nlmsg_seq = 1;
   message.request.sdiag_family = AF_UNIX;
   message.request.udiag_states = ~0u;
-  message.request.udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN;
+  message.request.udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN | UDIAG_SHOW_ICONS;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   if (sendto(fd, &message, sizeof message, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)

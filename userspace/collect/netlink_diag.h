@@ -22,7 +22,12 @@ struct UnixDiagEntry {
   bool has_queues = false;
   uint32_t rx_queue = 0;  // bytes queued to read (listening: pending connections)
   uint32_t tx_queue = 0;
+  // Listening: the client sockets of the connections in its accept queue
+  // (UNIX_DIAG_ICONS), at most kMaxPendingConnections.
+  std::vector<uint64_t> pending_clients;
 };
+
+inline constexpr size_t kMaxPendingConnections = 4096;
 
 // Dumps every unix socket of the calling thread's network namespace.
 Result<std::vector<UnixDiagEntry>> unix_diag_dump();

@@ -335,6 +335,7 @@ json snapshot_to_json(const Snapshot& s) {
                      {"rx_queue", k.rx_queue},
                      {"tx_queue", k.tx_queue},
                      {"peer_inode", k.peer_inode},
+                     {"pending_on_listener", k.pending_on_listener},
                      {"remote_is_local_host", k.remote_is_local_host}});
   j["sockets"] = socks;
   json segs = json::array();
@@ -558,6 +559,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jk, "rx_queue", k.rx_queue);
       get_if(jk, "tx_queue", k.tx_queue);
       get_if(jk, "peer_inode", k.peer_inode);
+      get_if(jk, "pending_on_listener", k.pending_on_listener);
       get_if(jk, "remote_is_local_host", k.remote_is_local_host);
       s.sockets.push_back(std::move(k));
     }

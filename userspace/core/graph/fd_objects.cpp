@@ -147,6 +147,13 @@ std::string GraphBuilder::socket_object(const FdEntry& f) {
       peer_holders.insert(peer_holders.end(), h.begin(), h.end());
       o.notes.push_back(fmt::format("not accepted yet by the listener on {}", ls.local));
     }
+  } else if (kind == ObjectKind::UnixSocket && s->pending_on_listener) {
+    // Connected, not accepted yet: whoever holds the listener accepts it.
+    const uint64_t listener = s->pending_on_listener;
+    peer_holders = holders([&](const FdEntry& e) { return e.kind == FdKind::Socket && e.inode == listener; });
+    const SocketInfo* ls = snap_.socket(listener);
+    o.notes.push_back(fmt::format("not accepted yet by the listening unix socket:[{}]{}", listener,
+                                  ls && !ls->local.empty() ? " " + ls->local : ""));
   }
   if (peer_holders.empty()) {
     if (kind == ObjectKind::TcpSocket) {
