@@ -143,6 +143,15 @@ TEST(GilHeldRule, AHolderBlockedOnAPipePastTheStallThresholdIsCritical) {
   EXPECT_NEAR(d.progress_stopped->ago_s, 30, 0.01);
 }
 
+// The gil-held finding names holder 202 and both waiters, 201 on the GIL.
+void expect_both_waiters_of_the_holder(const Snapshot& s) {
+  Diagnosis d = diagnose(s);
+  auto held = of_kind(d, FindingKind::GilHeld);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0]->tids, (std::vector<int>{202, 200, 201}));
+  EXPECT_EQ(d.graph.threads.at(201).objects, std::vector<std::string>{"gil:200"});
+}
+
 // A waiter caught between two of take_gil's 5 ms waits (its timeout just ran
 // out: runnable, the futex still its syscall) still waits for the holder.
 TEST(GilHeldRule, AWaiterWokenByItsIntervalIsStillAWaiter) {
@@ -150,11 +159,7 @@ TEST(GilHeldRule, AWaiterWokenByItsIntervalIsStillAWaiter) {
   ThreadInfo& woken = b.find(200)->threads[1];  // 201
   woken.state = 'R';
   woken.memory.timeout_s = -0.00025;
-  Diagnosis d = diagnose(b.s);
-  auto held = of_kind(d, FindingKind::GilHeld);
-  ASSERT_EQ(held.size(), 1u);
-  EXPECT_EQ(held[0]->tids, (std::vector<int>{202, 200, 201}));
-  EXPECT_EQ(d.graph.threads.at(201).objects, std::vector<std::string>{"gil:200"});
+  expect_both_waiters_of_the_holder(b.s);
 }
 
 // /proc caught a waiter running between two waits (R, no syscall); the task
@@ -175,11 +180,7 @@ TEST(GilHeldRule, AWaiterProcSawRunningAndTheIteratorAsleepIsAWaiter) {
   iterator.state = HT_TASK_STATE_INTERRUPTIBLE;
   ASSERT_TRUE(adopt_iterator_syscall(caught, iterator, in_futex.nr, in_futex.args));
   EXPECT_EQ(caught.state, 'S');
-  Diagnosis d = diagnose(b.s);
-  auto held = of_kind(d, FindingKind::GilHeld);
-  ASSERT_EQ(held.size(), 1u);
-  EXPECT_EQ(held[0]->tids, (std::vector<int>{202, 200, 201}));
-  EXPECT_EQ(d.graph.threads.at(201).objects, std::vector<std::string>{"gil:200"});
+  expect_both_waiters_of_the_holder(b.s);
 }
 
 // /proc's reading stands when the iterator saw nothing else: the thread on a
