@@ -66,6 +66,13 @@ Result<std::vector<ProcessEntry>> scan_processes(const std::string& proc_root, c
 // ranks: each rank is a job).
 std::vector<int> job_roots(const std::vector<ProcessEntry>& processes);
 
+// Tracked jobs (root -> its processes) whose root is no longer a job root
+// while one of their processes now is: a launcher picked up alone, before it
+// exec'd its ranks (torchrun with one rank per node: until the rank's exec,
+// the child is a forked copy of it). Each such job is to be ended, and the
+// new roots picked up as jobs of their own.
+std::vector<int> superseded_jobs(const std::map<int, std::set<int>>& tracked, const std::vector<int>& roots);
+
 // `root`'s descendants in `processes` (children, grandchildren, ...).
 std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& processes);
 

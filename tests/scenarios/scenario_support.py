@@ -682,14 +682,15 @@ class GlooJobClass:
 # ---- the daemon ---------------------------------------------------------------------
 
 class Daemon(Workload):
-    """`hangtrace daemon ARGS` in its own session, its stderr (where it logs
+    """`hangtrace daemon ARGS` in its own session (after `wrapper`, e.g. a
+    host's namespaces: fleet_support.Host.wrap), its stderr (where it logs
     "ready", "tracking job", "bundle written") read line by line like a
     workload's stdout."""
 
-    def __init__(self, bundle_dir, *args, metrics="127.0.0.1:0"):
+    def __init__(self, bundle_dir, *args, metrics="127.0.0.1:0", wrapper=()):
         self.bundle_dir = bundle_dir
-        argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", hangtrace_bin(), "daemon",
-                "--bundle-dir", bundle_dir, "--metrics", metrics] + [str(a) for a in args]
+        argv = ["sh", "-c", 'exec "$@" 2>&1', "sh"] + list(wrapper) + [
+            hangtrace_bin(), "daemon", "--bundle-dir", bundle_dir, "--metrics", metrics] + [str(a) for a in args]
         super().__init__(argv)
         ready = self.wait_for_line("hangtrace daemon: ready", timeout=120)
         self.metrics_address = None

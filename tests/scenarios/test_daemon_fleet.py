@@ -8,67 +8,23 @@
   naming the OOM kill.
 - SIGKILL leaves no BPF program behind; a restarted daemon picks the hung job
   up again, shows the hang again, and does not write the same bundle twice.
+
+A job across hosts (a daemon per host, bundles over HTTP, alerts through
+Alertmanager, `hangtrace merge --prometheus`): test_fleet_hosts.py.
 """
-import http.server
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import unittest
-import urllib.parse
-import urllib.request
 
-from scenario_support import (wait_for, BUNDLE_FILES, OPTIONAL_BUNDLE_FILES, MEMCG_V1, PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload,
-                              free_port,
-                              parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1,
-                              hangtrace_bin, wait_until_blocked, workload)
-
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
-SHIPPED_ALERT_RULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "deploy",
-                                   "alerts.yml")
-
-
-def http_ok(url, headers=None):
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-class WebhookReceiver:
-    """The webhook an Alertmanager delivers to: every POSTed JSON body kept."""
-
-    def __init__(self):
-        received = self.received = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d/alerts" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def alerts(self, name):
-        return [a for body in list(self.received) for a in body.get("alerts", []) if a["labels"]["alertname"] == name]
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+from scenario_support import (BUNDLE_FILES, MEMCG_V1, OPTIONAL_BUNDLE_FILES, SYS_FUTEX, Daemon, ScenarioTestCase,
+                              parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1, wait_for,
+                              wait_until_blocked)
+from fleet_support import MonitoringMixin
 
 
 def bpf_program_ids():
@@ -76,7 +32,7 @@ def bpf_program_ids():
     return {p["id"] for p in json.loads(out or "[]")}
 
 
-class FleetTestCase(ScenarioTestCase):
+class FleetTestCase(MonitoringMixin, ScenarioTestCase):
     def setUp(self):
         super().setUp()
         self.bundles = tempfile.mkdtemp(prefix="hangtrace-bundles-")
@@ -104,64 +60,6 @@ class FleetTestCase(ScenarioTestCase):
             self.assertIn("<svg", f.read(4096))
         # Written atomically: no temporary directory is left beside it.
         self.assertFalse([n for n in os.listdir(self.bundles) if n.startswith(".")], os.listdir(self.bundles))
-
-    def require_prometheus(self):
-        if not os.access(PROMETHEUS, os.X_OK):
-            self.skipTest("needs the prometheus server (Debian package prometheus)")
-        self.prom_dir = tempfile.mkdtemp(prefix="hangtrace-prom-")
-        self.addCleanup(shutil.rmtree, self.prom_dir, ignore_errors=True)
-
-    def start_prometheus(self, target, alertmanager=None):
-        """A real Prometheus scraping `target` every second; with
-        `alertmanager` (HOST:PORT) it also evaluates the shipped alert rules
-        (scripts/deploy/alerts.yml, their `for:` cut to 2 s) and sends to it."""
-        port = free_port()
-        config = os.path.join(self.prom_dir, "prometheus.yml")
-        text = ("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n  - job_name: hangtrace\n    static_configs:\n"
-                "      - targets: ['%s']\n" % target)
-        if alertmanager:
-            with open(SHIPPED_ALERT_RULES) as f:
-                rules = re.sub(r"(?m)^(\s+for: )\S+$", r"\g<1>2s", f.read())
-            with open(os.path.join(self.prom_dir, "alerts.yml"), "w") as f:
-                f.write(rules)
-            text += ("rule_files: ['%s']\nalerting:\n  alertmanagers:\n    - static_configs:\n"
-                     "        - targets: ['%s']\n" % (os.path.join(self.prom_dir, "alerts.yml"), alertmanager))
-        with open(config, "w") as f:
-            f.write(text)
-        prom = Workload(["sh", "-c", 'exec "$@" 2>&1', "sh", PROMETHEUS, "--config.file=" + config,
-                         "--storage.tsdb.path=" + os.path.join(self.prom_dir, "data"),
-                         "--web.listen-address=127.0.0.1:%d" % port])
-        self._workloads.append(prom)
-        api = "http://127.0.0.1:%d" % port
-        wait_for(lambda: http_ok(api + "/-/ready"), 60, "Prometheus to be ready")
-        return api
-
-    def start_alertmanager(self, webhook):
-        """A real Alertmanager (Debian's prometheus-alertmanager) routing every
-        alert at once to `webhook`; returns its HOST:PORT."""
-        if not os.access(ALERTMANAGER, os.X_OK):
-            self.skipTest("needs Alertmanager (Debian package prometheus-alertmanager)")
-        port = free_port()
-        config = os.path.join(self.prom_dir, "alertmanager.yml")
-        with open(config, "w") as f:
-            f.write("route:\n  receiver: hook\n  group_by: ['alertname', 'job_id', 'rank']\n"
-                    "  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n"
-                    "receivers:\n  - name: hook\n    webhook_configs:\n"
-                    "      - url: '%s'\n        send_resolved: false\n" % webhook)
-        am = Workload(["sh", "-c", 'exec "$@" 2>&1', "sh", ALERTMANAGER, "--config.file=" + config,
-                       "--storage.path=" + os.path.join(self.prom_dir, "am"), "--cluster.listen-address=",
-                       "--web.listen-address=127.0.0.1:%d" % port])
-        self._workloads.append(am)
-        wait_for(lambda: http_ok("http://127.0.0.1:%d/-/ready" % port), 60, "Alertmanager to be ready")
-        return "127.0.0.1:%d" % port
-
-    def query(self, api, expr):
-        url = api + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=5) as r:
-            body = json.load(r)
-        self.assertEqual(body.get("status"), "success", body)
-        return body["data"]["result"]
 
     def hung_job(self):
         job = self.start("fork_inherited_lock.py")
@@ -346,140 +244,6 @@ class DaemonHealthyJob(FleetTestCase):
         self.assertEqual(os.listdir(self.bundles), [])
         self.assertNotIn("hangtrace_hang_active{", daemon.metrics())
         self.assertTrue(job.alive(), job.stderr_tail())
-
-
-@requires_bpf_and_torch
-class DaemonRanksMerged(FleetTestCase):
-    """Two gloo ranks, one of which never joins the all_reduce: the daemon
-    writes a bundle per rank. `hangtrace merge` names the absent rank from the
-    bundle directory, and from the daemon over HTTP, found through a real
-    Prometheus by the job id; sources that fail are one line each, and the
-    rest are still merged. The shipped alert rules, evaluated by that
-    Prometheus, reach a webhook through a real Alertmanager with the job id,
-    the cause, the host and the bundle's URL."""
-
-    def merge(self, *args):
-        merged = subprocess.run([hangtrace_bin(), "merge"] + [str(a) for a in args] + ["--json", "-"],
-                                capture_output=True, text=True, timeout=180)
-        self.assertIn(merged.returncode, (0, 1, 2), merged.stderr)
-        report = json.loads(merged.stdout) if merged.returncode != 1 else None
-        return merged, report
-
-    def assertAbsentRankOne(self, merged, report):
-        self.assertEqual(merged.returncode, 2, merged.stdout + merged.stderr)
-        self.assertEqual(len(report["jobs"]), 1, report)
-        absent = report["jobs"][0]["absent"]
-        self.assertEqual([a["rank"] for a in absent], [1], report)
-        self.assertIn("wait_for_checkpoint_upload", json.dumps(absent), report)
-
-    def token_file(self, name, token):
-        path = os.path.join(self.prom_dir, name)
-        with open(path, "w") as f:
-            f.write(token + "\n")
-        os.chmod(path, 0o600)
-        return path
-
-    def test_each_rank_is_a_job_and_merge_names_the_absent_one(self):
-        self.require_prometheus()
-        token = self.token_file("token", "fleet-token-0123456789abcdef")
-        # The launcher (like torchrun) matches too, but its ranks are the jobs.
-        daemon = self.daemon("--match", r"gloo_allreduce_skip\.py", "--hang-after", "4", "--scan-every", "0.2",
-                             "--serve-bundles", "--bundle-token-file", token)
-        webhook = WebhookReceiver()
-        self.addCleanup(webhook.close)
-        api = self.start_prometheus(daemon.metrics_address, alertmanager=self.start_alertmanager(webhook.url))
-        job = self.start("gloo_allreduce_skip.py", "--steps", "3")
-        marker = parse_marker(job.wait_for_line("READY", timeout=180))
-        launcher, rank0, rank1 = marker["launcher"][0], marker["rank0"][0], marker["rank1"][0]
-        paths = [daemon.wait_for_bundle(timeout=120), daemon.wait_for_bundle(timeout=120)]
-        metas = {read_bundle_meta(p)["rank"]: read_bundle_meta(p) for p in paths}
-        self.assertEqual(sorted(metas), [0, 1], metas)
-        self.assertEqual(metas[0]["job_pid"], rank0, metas)
-        self.assertEqual(metas[1]["job_pid"], rank1, metas)
-        job_id = metas[0]["job_id"]
-        self.assertTrue(job_id, metas)
-        self.assertEqual(metas[1]["job_id"], job_id, metas)
-        self.assertIsNotNone(metas[0]["clock"], metas)
-        self.assertFalse([l for l in daemon.lines if "tracking job %d " % launcher in l], "\n".join(daemon.lines))
-
-        # The bundle directory, as before.
-        self.assertAbsentRankOne(*self.merge(self.bundles))
-
-        # Over HTTP: Prometheus says which daemon reports the job hung, and
-        # merge fetches that daemon's bundles of the job.
-        wait_for(lambda: self.query(api, 'hangtrace_job_hung{job_id="%s"} == 1' % job_id), 60,
-                 "Prometheus to see job %s hung" % job_id)
-        merged, report = self.merge("--prometheus", api, "--job", job_id, "--token-file", token)
-        self.assertAbsentRankOne(merged, report)
-        print("merge --prometheus: exit %d, %s" % (merged.returncode, report["verdict"]["summary"]), file=sys.stderr)
-        self.assertEqual(merged.stderr, "")
-        served = "http://%s/bundles/" % daemon.metrics_address
-        self.assertEqual(len(report["bundles"]), 2, report["bundles"])
-        self.assertTrue(all(b.startswith(served) for b in report["bundles"]), report["bundles"])
-        ranks = report["jobs"][0]["ranks"]
-        self.assertEqual(sorted(r["rank"] for r in ranks), [0, 1], ranks)
-        for r in ranks:
-            self.assertIn("fetched from its daemon", r["clock"]["basis"], r)
-            self.assertLess(abs(r["clock"]["offset_s"]), 1.0, r)  # one host, one clock
-            self.assertTrue(r["stack"], r)
-        # Rank 0 waits in all_reduce, rank 1 uploads: two stacks.
-        self.assertEqual(len(report["jobs"][0]["stack_groups"]), 2, report["jobs"][0]["stack_groups"])
-        # Both ranks stalled: the first one's lead over the other, on one host's clock.
-        first = report["jobs"][0]["first_stall"]
-        self.assertTrue(first["certain"], first)
-        self.assertIn("on one host's clock", first["order"], first)
-
-        # The alert arrives through Alertmanager, one per hung rank, with the
-        # job id, the cause, the host and the link to that rank's bundle.
-        hung = wait_for(lambda: len(webhook.alerts("TrainingRankHung")) >= 2 and webhook.alerts("TrainingRankHung"),
-                        90, "TrainingRankHung for both ranks at the webhook")
-        by_rank = {int(a["labels"]["rank"]): a for a in hung}
-        print("alerts at the webhook: %s" % json.dumps([{"labels": a["labels"], "annotations": a["annotations"]}
-                                                         for a in by_rank.values()]), file=sys.stderr)
-        self.assertEqual(sorted(by_rank), [0, 1], hung)
-        for rank, alert in by_rank.items():
-            path = [p for p in paths if read_bundle_meta(p)["rank"] == rank][0]
-            self.assertEqual(alert["status"], "firing", alert)
-            self.assertEqual(alert["labels"]["job_id"], job_id, alert)
-            self.assertEqual(alert["labels"]["cause"], metas[rank]["cause"], alert)
-            self.assertEqual(alert["annotations"]["host"], daemon.metrics_address, alert)
-            url = alert["annotations"]["bundle_url"]
-            self.assertEqual(url, "http://%s/bundles/%s" % (daemon.metrics_address, os.path.basename(path)), alert)
-            self.assertTrue(http_ok(url, {"Authorization": "Bearer fleet-token-0123456789abcdef"}), url)
-            self.assertFalse(http_ok(url), url)  # without the token
-            self.assertIn("--job %s" % job_id, alert["annotations"]["merge"], alert)
-
-        # Bad sources, one line each; the bundles that can be read are merged.
-        other = os.path.join(self.prom_dir, "other-job")
-        shutil.copytree(paths[0], other)
-        meta = read_bundle_meta(other)
-        meta["job_id"] = "another-job"
-        with open(os.path.join(other, "meta.json"), "w") as f:
-            json.dump(meta, f)
-        corrupt = os.path.join(self.prom_dir, "corrupt.tar")
-        with open(corrupt, "wb") as f:
-            f.write(b"not a tar archive" * 100)
-        unreachable = "http://127.0.0.1:%d" % free_port()
-        wrong = self.token_file("wrong", "not-the-fleet-token-000000")
-        merged, report = self.merge(unreachable, corrupt, other, "http://" + daemon.metrics_address,
-                                    self.bundles, "--job", job_id, "--token-file", wrong)
-        self.assertAbsentRankOne(merged, report)
-        lines = merged.stderr.splitlines()
-        print("merge of bad and good sources: exit %d\n%s" % (merged.returncode, merged.stderr), file=sys.stderr)
-        self.assertEqual(len(lines), 4, merged.stderr)
-        self.assertTrue(all(l.startswith("hangtrace: skipped ") for l in lines), merged.stderr)
-        text = merged.stderr
-        self.assertIn("failed to fetch %s/bundles: " % unreachable, text)
-        self.assertIn("failed to read archive %s: " % corrupt, text)
-        self.assertIn("%s: a bundle of job another-job, not of job %s" % (other, job_id), text)
-        self.assertIn("HTTP 401", text)
-        self.assertEqual(len([w for w in report["warnings"] if w.startswith("skipped ")]), 4, report["warnings"])
-        self.assertEqual(sorted(report["bundles"]), sorted(paths), report["bundles"])
-
-        # Nothing readable at all: one line, exit status 1.
-        merged, _ = self.merge(unreachable, corrupt)
-        self.assertEqual(merged.returncode, 1, merged.stderr)
-        self.assertIn("hangtrace: failed to merge: no bundle could be read (2 sources skipped)", merged.stderr)
 
 
 @requires_bpf_and_torch

@@ -55,6 +55,37 @@ TEST(DaemonJobs, ForkedWorkersJoinTheirJobAndLaunchersAreNotJobs) {
   EXPECT_EQ(p20->start_ticks, 1000u);
 }
 
+TEST(DaemonJobs, ALauncherPickedUpBeforeItsRankExecdGivesWayToTheRank) {
+  // torchrun with one rank per node: the first scan sees the launcher and
+  // its child still a forked copy of it (before exec), one job; the next
+  // scan sees the child exec'd as the rank, the launcher's job superseded.
+  FakeProc proc;
+  const std::vector<std::string> launcher = {"/usr/bin/python3", "launch.py", "--nnodes", "2", "train.py"};
+  proc.add(1, 0, "systemd", {"/sbin/init"});
+  proc.add(10, 1, "python3", launcher);
+  proc.add(11, 10, "python3", launcher);
+  proc.add(20, 1, "python3", {"/usr/bin/python3", "train.py"});  // a job of its own, with a worker
+  proc.add(21, 20, "python3", {"/usr/bin/python3", "train.py"});
+  auto before = scan_processes(proc.root, matcher({{R"(train\.py)"}, {}, false}));
+  ASSERT_TRUE(before) << before.error();
+  ASSERT_EQ(job_roots(*before), (std::vector<int>{10, 20}));
+  const std::map<int, std::set<int>> tracked = {{10, {10, 11}}, {20, {20, 21}}};
+  EXPECT_EQ(superseded_jobs(tracked, job_roots(*before)), std::vector<int>{});
+
+  FakeProc execd;
+  execd.add(1, 0, "systemd", {"/sbin/init"});
+  execd.add(10, 1, "python3", launcher);
+  execd.add(11, 10, "python3", {"/usr/bin/python3", "-u", "train.py", "--rank-from-env"});
+  execd.add(20, 1, "python3", {"/usr/bin/python3", "train.py"});
+  execd.add(21, 20, "python3", {"/usr/bin/python3", "train.py"});
+  auto after = scan_processes(execd.root, matcher({{R"(train\.py)"}, {}, false}));
+  ASSERT_TRUE(after) << after.error();
+  ASSERT_EQ(job_roots(*after), (std::vector<int>{11, 20}));
+  EXPECT_EQ(superseded_jobs(tracked, job_roots(*after)), std::vector<int>{10});
+  // A job whose root is gone is not superseded (the scan ends it as gone).
+  EXPECT_EQ(superseded_jobs({{30, {30, 31}}}, job_roots(*after)), std::vector<int>{});
+}
+
 TEST(DaemonJobs, CgroupAndGpuSelectors) {
   FakeProc proc;
   proc.add(40, 1, "python3", {"python3", "a.py"}, "12:memory:/kubepods/pod-a/c1\n0::/kubepods/pod-a/c1\n");

@@ -102,7 +102,7 @@ void Daemon::report_gpu_hook_errors() {
 
 void Daemon::scan() {
   uint64_t started = now_ns();
-  auto processes = daemon::scan_processes(proc_.root(), *matcher_);
+  auto processes = scanner_->scan();
   if (!processes) {
     log(0, processes.error());
     return;
@@ -149,7 +149,12 @@ void Daemon::scan() {
       if (!job.pids.count(pid)) add_process(job, pid, false);
   }
   report_gpu_hook_errors();
-  for (int root : daemon::job_roots(*processes))
+  const auto roots = daemon::job_roots(*processes);
+  std::map<int, std::set<int>> tracked;
+  for (const auto& [root, job] : jobs_) tracked[root] = job.pids;
+  for (int root : daemon::superseded_jobs(tracked, roots))
+    end_job(root, "it launches ranks, each a job of its own");
+  for (int root : roots)
     if (!jobs_.count(root) && !job_of_.count(root)) pick_up(root, *processes);
   metrics_->scan_took(static_cast<double>(now_ns() - started) / 1e9);
 }

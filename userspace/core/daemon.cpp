@@ -132,6 +132,16 @@ std::vector<int> job_roots(const std::vector<ProcessEntry>& processes) {
   return roots;
 }
 
+std::vector<int> superseded_jobs(const std::map<int, std::set<int>>& tracked, const std::vector<int>& roots) {
+  const std::set<int> now(roots.begin(), roots.end());
+  std::vector<int> out;
+  for (const auto& [root, pids] : tracked)
+    if (!now.count(root) &&
+        std::any_of(pids.begin(), pids.end(), [&](int pid) { return pid != root && now.count(pid); }))
+      out.push_back(root);
+  return out;
+}
+
 std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& processes) {
   std::multimap<int, int> children;
   for (const auto& p : processes) children.insert({p.ppid, p.pid});

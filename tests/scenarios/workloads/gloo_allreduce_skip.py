@@ -13,6 +13,12 @@ comes. gloo's timeout is set to 10 minutes, so nothing ends during a test.
       them. Prints "READY launcher=<pid> rank0=<pid> rank1=<pid> port=<port>
       steps=<N>" once rank 0 is about to enter its last all_reduce and rank 1
       is about to park.
+  gloo_allreduce_skip.py [--steps N] --nnodes 2 --node-rank K --master ADDR:PORT
+      The launcher of one node of two (like `torchrun --nnodes 2
+      --nproc-per-node 1` on each host): starts rank K alone, the rendezvous
+      at ADDR:PORT (rank 0's host: its launcher is started there), and prints
+      "READY launcher=<pid> rank<K>=<pid> port=<port> steps=<N>" once that
+      rank reached its hang.
   gloo_allreduce_skip.py rank --steps N
       One rank (reads its identity from the environment). Rank 0 does N steps,
       rank 1 does N - 1. Each reports to the launcher on stdout.
@@ -32,18 +38,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(steps):
-    port = free_port()
+def launch(steps, node_ranks=(0, 1), master=None):
+    addr, port = master.rsplit(":", 1) if master else ("127.0.0.1", free_port())
     ranks = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    for rank in node_ranks:
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank if not master else 0),
+                   MASTER_ADDR=addr, MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         ranks.append(subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), "rank",
                                        "--steps", str(steps)],
                                       env=env, stdout=subprocess.PIPE, text=True))
     # Each rank prints one line when it reaches where the hang happens.
     seen = {}
-    for rank, proc in enumerate(ranks):
+    for rank, proc in zip(node_ranks, ranks):
         for line in proc.stdout:
             print("rank %d: %s" % (rank, line.rstrip()), flush=True)
             if line.startswith(("LAST_ALL_REDUCE", "PARKED")):
@@ -51,8 +57,8 @@ def launch(steps):
                 break
         else:
             sys.exit("rank %d exited (rc=%s) before reaching its last step" % (rank, proc.wait()))
-    print("READY launcher=%d rank0=%d rank1=%d port=%d steps=%d"
-          % (os.getpid(), seen[0], seen[1], port, steps), flush=True)
+    print("READY launcher=%d %s port=%s steps=%d" % (os.getpid(), " ".join(
+        "rank%d=%d" % (rank, pid) for rank, pid in sorted(seen.items())), port, steps), flush=True)
     for proc in ranks:
         proc.wait()
 
@@ -86,8 +92,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("role", nargs="?", default="launch", choices=["launch", "rank"])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--nnodes", type=int, choices=[1, 2], default=1)
+    parser.add_argument("--node-rank", type=int, choices=[0, 1], default=0)
+    parser.add_argument("--master", help="ADDR:PORT of the rendezvous, with --nnodes 2")
     args = parser.parse_args()
     if args.role == "rank":
         run_rank(args.steps)
+    elif args.nnodes == 2:
+        if not args.master:
+            parser.error("--nnodes 2 needs --master ADDR:PORT")
+        launch(args.steps, node_ranks=(args.node_rank,), master=args.master)
     else:
         launch(args.steps)
