@@ -105,6 +105,8 @@ struct WaitObject {
   // address or one of its interfaces).
   std::string local, remote;
   bool remote_on_this_host = false;
+  bool listening = false;    // a listening TCP socket: whoever waits on it serves clients
+  uint64_t peer_socket = 0;  // the other end's inode, when this host holds it
 };
 
 enum class Activity {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "hangtrace/model.h"
@@ -38,6 +39,9 @@ std::string format_utc_clock(double unix_seconds);
 std::string format_utc_stamp(double unix_seconds);
 
 // ---- plain text -------------------------------------------------------------------
+// Numbers as runs, ascending and each once: {0, 1, 2, 4, 7, 6} -> "0-2, 4, 6-7".
+std::string number_runs(std::vector<int> numbers);
+
 inline constexpr std::string_view kWhitespace = " \t\n\r\v\f";
 // `s` without the leading and trailing characters of `blanks`.
 std::string_view trim(std::string_view s, std::string_view blanks = kWhitespace);

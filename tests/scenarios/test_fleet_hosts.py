@@ -16,6 +16,7 @@ another job, a wrong token) are one line each and the rest is still merged.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ class FleetOfHosts(MonitoringMixin, ScenarioTestCase):
         # The daemon of a host tracks that host's processes: its cgroup
         # subtree, as `--cgroup /kubepods/` does on a node.
         daemon = Daemon(bundles, "--cgroup", os.path.dirname(host.cgroup_path) + "/", "--hang-after", "4",
-                        "--scan-every", "0.2", "--serve-bundles", "--bundle-token-file", token,
+                        "--scan-every", "0.2", "--stall-after", "2", "--serve-bundles", "--bundle-token-file", token,
                         metrics=host.address + ":0", wrapper=host.wrap([], in_cgroup=False))
         self._workloads.append(daemon)
         self.assertTrue(daemon.metrics_address.startswith(host.address + ":"), daemon.metrics_address)
@@ -95,6 +96,10 @@ class FleetOfHosts(MonitoringMixin, ScenarioTestCase):
         for rank, (meta, host, pid) in enumerate(zip(metas, (h1, h2), (rank0, rank1))):
             self.assertEqual((meta["rank"], meta["hostname"], meta["job_pid"]), (rank, host.name, pid), meta)
             self.assertIsNotNone(meta["clock"], meta)
+        # Alone on its host, rank 0 is seen waiting in all_reduce for the
+        # rank on the other host (not the TCPStore's idle connections).
+        self.assertEqual(metas[0]["cause"], "collective-wait", metas[0])
+        self.assertIn("for the ranks on other hosts (rank 1 of world size 2)", metas[0]["summary"], metas[0])
         job_id = metas[0]["job_id"]
         self.assertTrue(job_id, metas)
         self.assertEqual(metas[1]["job_id"], job_id, metas)
@@ -108,8 +113,10 @@ class FleetOfHosts(MonitoringMixin, ScenarioTestCase):
             self.assertEqual(tracked[-1:], rank_pid, "\n".join(daemon.lines))
             for pid in tracked[:-1]:
                 self.assertEqual(pid, launcher, "\n".join(daemon.lines))
-                self.assertIn("hangtrace daemon: job %d (python3) ended: it launches ranks, each a job of its own"
-                              % launcher, daemon.lines)
+                # (picked up as early as the wrapper that execs it: `sh`)
+                self.assertTrue([l for l in daemon.lines if l.startswith("hangtrace daemon: job %d (" % launcher) and
+                                 l.endswith(") ended: it launches ranks, each a job of its own")],
+                                "\n".join(daemon.lines))
 
         # Prometheus, through file_sd, scrapes all three; two report the job hung.
         wait_for(lambda: len(self.query(api, 'up{job="hangtrace"} == 1')) == 3, 60,
@@ -138,9 +145,14 @@ class FleetOfHosts(MonitoringMixin, ScenarioTestCase):
             self.assertTrue(r["stack"], r)
         # Rank 0 waits in all_reduce, rank 1 uploads: two stacks.
         self.assertEqual(len(report["jobs"][0]["stack_groups"]), 2, report["jobs"][0]["stack_groups"])
+        # Which rank stalled first is compared across the two hosts' clocks,
+        # within what merge measured they may differ over the bridge (ms;
+        # not the 16 s the unsynchronized clocks' own estimate would give).
         first = report["jobs"][0]["first_stall"]
-        self.assertIn(first["certain"], (True, False), first)
-        self.assertTrue(first["order"], first)
+        print("first stall: %s" % first["order"], file=sys.stderr)
+        gap = re.search(r"clocks may differ \(± [0-9.]+ ms\)", first["order"])
+        self.assertTrue(gap, first)
+        self.assertNotIn("one host's clock", first["order"], first)
         # The bundle directories copied by hand, as before the fleet: the same answer.
         self.assertRankOneOfHostTwoAbsent(*self.merge(*[d.bundle_dir for d in daemons[:2]]), rank1)
 

@@ -329,6 +329,56 @@ TEST(Analysis, NetworkWaitNamesEndpointsAndLocalPeer) {
   EXPECT_EQ(find_kind(diagnose(b.s, patient), "network-wait"), nullptr);
 }
 
+// torch.distributed's TCPStore: rank 0 runs the store's server loop (poll
+// over its listening socket and the connections it accepted) and each rank a
+// client listener thread polling its connection for pushed callbacks. Both
+// wait forever on idle connections while the job runs: no network-wait. The
+// same client while the server works instead of reading it: a network-wait.
+TEST(Analysis, IdleConnectionsOfAServerLoopAreNotNetworkWaits) {
+  SnapshotBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  b.proc(200, 1, ProcessRole::Descendant);
+  b.thread(100, 100, 'R');
+  b.thread(200, 200, 'R');
+  auto poller = [&](int pid, int tid, std::vector<std::pair<int, uint32_t>> fds) {
+    ThreadInfo& t = b.thread(pid, tid);
+    in_syscall(t, kPoll, {0x5000, fds.size(), static_cast<uint64_t>(-1)});
+    t.memory.poll_fds = std::move(fds);
+    t.kernel->off_cpu_ns = 30'000'000'000ull;
+  };
+  poller(100, 101, {{6, POLLIN}, {7, POLLIN}, {8, POLLIN}});
+  poller(100, 102, {{9, POLLIN}});
+  poller(200, 201, {{9, POLLIN}});
+  b.fd(100, 6, FdKind::Socket, 6000);
+  b.fd(100, 7, FdKind::Socket, 6001);
+  b.fd(100, 8, FdKind::Socket, 6003);
+  b.fd(100, 9, FdKind::Socket, 6002);
+  b.fd(200, 9, FdKind::Socket, 6004);
+  b.s.sockets.push_back({6000, 0, "tcp", "LISTEN", "0.0.0.0:29500", "0.0.0.0:0", 0, 0, 0, false});
+  b.s.sockets.push_back(
+      {6001, 0, "tcp", "ESTABLISHED", "127.0.0.1:29500", "127.0.0.1:41000", 0, 0, 6002, true});
+  b.s.sockets.push_back(
+      {6002, 0, "tcp", "ESTABLISHED", "127.0.0.1:41000", "127.0.0.1:29500", 0, 0, 6001, true});
+  b.s.sockets.push_back(
+      {6003, 0, "tcp", "ESTABLISHED", "127.0.0.1:29500", "127.0.0.1:41002", 0, 0, 6004, true});
+  b.s.sockets.push_back(
+      {6004, 0, "tcp", "ESTABLISHED", "127.0.0.1:41002", "127.0.0.1:29500", 0, 0, 6003, true});
+  Diagnosis idle = diagnose(b.s);
+  EXPECT_EQ(find_kind(idle, "network-wait"), nullptr) << idle.verdict.summary;
+
+  // The server thread busy elsewhere (not reading its connections): the
+  // clients' waits are for it.
+  ThreadInfo& server = *std::find_if(b.find(100)->threads.begin(), b.find(100)->threads.end(),
+                                     [](const ThreadInfo& t) { return t.tid == 101; });
+  in_syscall(server, kNanosleep, {0x1000});
+  server.memory.poll_fds.clear();
+  server.memory.timeout_s = 3600;
+  Diagnosis busy = diagnose(b.s);
+  const Finding* f = find_kind(busy, "network-wait");
+  ASSERT_NE(f, nullptr) << busy.verdict.summary;
+  EXPECT_EQ(f->details["remote"], "127.0.0.1:29500");
+}
+
 TEST(Analysis, RemoteNetworkPeerIsExternal) {
   SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);

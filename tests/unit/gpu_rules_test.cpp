@@ -340,6 +340,48 @@ TEST(CollectiveWait, WorkersWithTheirRanksEnvironmentAreNotRanks) {
   EXPECT_EQ(find_kind(d, "collective-wait"), nullptr) << d.verdict.summary;
 }
 
+// One rank per host (torchrun --nproc-per-node 1): its peers run on other
+// hosts, whose snapshots alone can say which one is not in the collective.
+TEST(CollectiveWait, RanksOnOtherHostsArePointedAtOncePastStallAfter) {
+  auto alone = [](int world, double blocked_s) {
+    ThreadInfo t = blocked_thread(200, "python3", blocked_s);
+    t.python_stack = {py("all_reduce", "/x/torch/distributed/distributed_c10d.py", 1536)};
+    // With gloo's own threads: a lone thread on a private futex is another finding.
+    ProcessInfo p = as_rank(process(200, 1, ProcessRole::Target, {t, running_thread(201, "python3")}), 0);
+    p.world_size = world;
+    return snapshot(200, {p}, 95 * kSec);
+  };
+  Diagnosis d = diagnose(alone(4, 40));
+  const Finding* f = find_kind(d, "collective-wait");
+  ASSERT_NE(f, nullptr) << d.verdict.summary;
+  EXPECT_EQ(f->severity, Severity::Warning);
+  EXPECT_EQ(f->confidence, Confidence::Probable);
+  EXPECT_EQ(f->details["remote_ranks"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(f->details["remote_rank_count"], 3);
+  EXPECT_EQ(f->details["absent"], nlohmann::json::array());
+  EXPECT_EQ(f->details["waiting"][0]["rank"], 0);
+  EXPECT_NE(f->summary.find("rank 0 (pid 200) has waited"), std::string::npos) << f->summary;
+  EXPECT_NE(f->summary.find("in all_reduce for the ranks on other hosts (ranks 1-3 of world size 4)"),
+            std::string::npos)
+      << f->summary;
+  ASSERT_FALSE(f->advice.empty());
+  EXPECT_NE(f->advice.front().find("hangtrace merge --prometheus URL --job ID"), std::string::npos);
+  EXPECT_EQ(d.verdict.status, "suspect") << d.verdict.summary;
+
+  // A healthy job's rank sits in all_reduce briefly: nothing to say.
+  EXPECT_EQ(find_kind(diagnose(alone(4, 2)), "collective-wait"), nullptr);
+  // The only rank of its world: no peer to wait for.
+  EXPECT_EQ(find_kind(diagnose(alone(1, 40)), "collective-wait"), nullptr);
+  // A WORLD_SIZE from a hostile environment is counted, never listed.
+  Diagnosis hostile = diagnose(alone(2147483647, 40));
+  const Finding* huge = find_kind(hostile, "collective-wait");
+  ASSERT_NE(huge, nullptr);
+  EXPECT_EQ(huge->details["remote_ranks"], nlohmann::json::array());
+  EXPECT_EQ(huge->details["remote_rank_count"], 2147483646);
+  EXPECT_NE(huge->summary.find("(2147483646 ranks of world size 2147483647)"), std::string::npos)
+      << huge->summary;
+}
+
 // NCCL collectives return at once; the rank that never issued #57 is the
 // one with fewer calls.
 TEST(CollectiveWait, NcclRankBehindByItsCallCount) {

@@ -80,5 +80,12 @@ TEST(Text, EnumNames) {
   EXPECT_EQ(tcp_state_name(0), "STATE_0");
 }
 
+TEST(Text, NumberRunsAreAscendingEachOnce) {
+  EXPECT_EQ(number_runs({0, 1, 2, 4, 7, 6}), "0-2, 4, 6-7");
+  EXPECT_EQ(number_runs({5, 5, 3}), "3, 5");
+  EXPECT_EQ(number_runs({}), "");
+  EXPECT_EQ(number_runs({2147483647, 2147483646, 7}), "7, 2147483646-2147483647");
+}
+
 }  // namespace
 }  // namespace hangtrace

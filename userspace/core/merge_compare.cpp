@@ -7,6 +7,8 @@
 #include <cmath>
 #include <map>
 
+#include "hangtrace/text.h"
+
 namespace hangtrace::merge_detail {
 
 namespace {
@@ -147,17 +149,9 @@ std::string member_ranks(const std::vector<MergedRank>& ranks, const std::vector
       numbered.push_back(*ranks[i].rank);
     else
       ++unranked;
-  std::sort(numbered.begin(), numbered.end());
-  std::vector<std::string> runs;
-  for (size_t i = 0; i < numbered.size();) {
-    size_t j = i;
-    while (j + 1 < numbered.size() && numbered[j + 1] == numbered[j] + 1) ++j;
-    runs.push_back(j == i ? std::to_string(numbered[i]) : fmt::format("{}-{}", numbered[i], numbered[j]));
-    i = j + 1;
-  }
   std::string out =
-      runs.empty() ? ""
-                   : fmt::format("{} {}", numbered.size() == 1 ? "rank" : "ranks", fmt::join(runs, ", "));
+      numbered.empty() ? ""
+                       : fmt::format("{} {}", numbered.size() == 1 ? "rank" : "ranks", number_runs(numbered));
   if (unranked)
     out += fmt::format("{}{} unranked process{}", out.empty() ? "" : " and ", unranked,
                        unranked == 1 ? "" : "es");

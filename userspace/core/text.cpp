@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <algorithm>
 
 namespace hangtrace {
 
@@ -79,6 +80,20 @@ std::string format_utc_stamp(double unix_seconds) {
 }
 
 // ---- plain text -------------------------------------------------------------------
+
+std::string number_runs(std::vector<int> numbers) {
+  std::sort(numbers.begin(), numbers.end());
+  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+  std::string out;
+  for (size_t i = 0; i < numbers.size();) {
+    size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? std::to_string(numbers[i]) : fmt::format("{}-{}", numbers[i], numbers[j]);
+    i = j + 1;
+  }
+  return out;
+}
 
 std::string_view trim(std::string_view s, std::string_view blanks) {
   size_t b = s.find_first_not_of(blanks);

@@ -120,9 +120,11 @@ std::string GraphBuilder::socket_object(const FdEntry& f) {
   o.local = s->local;
   o.remote = s->remote;
   o.remote_on_this_host = s->family != "unix" && s->remote_is_local_host;
+  o.peer_socket = s->peer_inode;
   if (!o.holder_pids.empty() || o.external) return o.id;
 
   if (s->state == "LISTEN") {
+    o.listening = kind == ObjectKind::TcpSocket;
     o.external = true;  // anyone may connect
     o.notes.push_back("listening: waits for a client to connect");
     return o.id;

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "hangtrace/collectives.h"
 #include "hangtrace/gpu.h"
 #include "hangtrace/jobs.h"
+#include "hangtrace/text.h"
 #include "rules.h"
 
 namespace hangtrace {
@@ -123,6 +125,97 @@ std::map<int, RankView> rank_views(const RuleContext& ctx) {
   return views;
 }
 
+const std::vector<std::string> kCollectiveAdvice = {
+    "Every rank must make the same collectives in the same order: a rank that runs out of batches "
+    "early (uneven data per rank) skips the last ones. Use a DistributedSampler with drop_last=True, "
+    "or torch.distributed.algorithms.Join / model.join() for uneven inputs.",
+    "Collectives behind a rank-dependent condition (if rank == 0: ... all_reduce) deadlock the same way: "
+    "make every rank take the same path.",
+    "Set a timeout on init_process_group (and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 / "
+    "TORCH_DISTRIBUTED_DEBUG=DETAIL) so a missing rank fails fast with its name instead of hanging.",
+};
+
+// World sizes up to this are listed rank by rank; beyond, counted (the
+// environment is the target's: a WORLD_SIZE of 2^31 must not allocate).
+constexpr int kListRanksUpTo = 65536;
+
+// Every rank of the job this host sees waits in the collective, but the job
+// has ranks this host does not run (WORLD_SIZE above the ranks seen): which
+// of them is missing only their own hosts' snapshots can say. A warning, and
+// probable, once the wait reaches --stall-after: a healthy multi-host job
+// sits in all_reduce for milliseconds at a time.
+std::optional<Finding> remote_ranks_finding(const RuleContext& ctx,
+                                            const std::vector<const RankView*>& waiting) {
+  const ProcessInfo& first = *waiting.front()->process;
+  if (!first.world_size || *first.world_size < 2) return std::nullopt;
+  const int world = *first.world_size;
+  std::set<int> here;
+  double waited = 0;
+  for (const RankView* w : waiting) {
+    if (!w->process->rank || w->process->world_size != first.world_size) return std::nullopt;
+    if (*w->process->rank >= 0 && *w->process->rank < world) here.insert(*w->process->rank);
+    if (auto it = ctx.graph.threads.find(w->tid); it != ctx.graph.threads.end() && it->second.blocked_s)
+      waited = std::max(waited, *it->second.blocked_s);
+  }
+  const int elsewhere = world - static_cast<int>(here.size());
+  if (elsewhere <= 0 || waited < ctx.opt.stall_after_s) return std::nullopt;
+  std::string others = fmt::format("{} rank{}", elsewhere, elsewhere == 1 ? "" : "s");
+  nlohmann::json remote = nlohmann::json::array();
+  if (world <= kListRanksUpTo) {
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r)
+      if (!here.count(r)) missing.push_back(r);
+    others = fmt::format("{} {}", elsewhere == 1 ? "rank" : "ranks", number_runs(missing));
+    remote = missing;
+  }
+
+  Finding f(FindingKind::CollectiveWait);
+  const CollectiveCall& call = *waiting.front()->call;
+  const std::string backend = call.backend.empty() ? "" : fmt::format(" ({})", call.backend);
+  nlohmann::json waiting_json = nlohmann::json::array();
+  std::vector<std::string> names;
+  for (const RankView* w : waiting) {
+    f.pids.push_back(w->process->pid);
+    f.tids.push_back(w->tid);
+    names.push_back(rank_text(*w->process));
+    nlohmann::json j = {{"pid", w->process->pid},
+                        {"tid", w->tid},
+                        {"rank", *w->process->rank},
+                        {"evidence", w->call->evidence}};
+    if (auto it = ctx.graph.threads.find(w->tid); it != ctx.graph.threads.end() && it->second.blocked_s)
+      j["blocked_s"] = *it->second.blocked_s;
+    waiting_json.push_back(j);
+    f.evidence.push_back(
+        fmt::format("{} is in {}: {}", ctx.thread_label(w->tid), w->call->op, w->call->evidence));
+  }
+  f.evidence.push_back(
+      fmt::format("{} of world size {} {} not on this host: whether one of them is not in {} "
+                  "only their own hosts can tell",
+                  others, world, elsewhere == 1 ? "is" : "are", call.op));
+  f.summary = fmt::format("{} {} waited {} in {}{} for the ranks on other hosts ({} of world size {})",
+                          fmt::join(names, ", "), waiting.size() > 1 ? "have" : "has", format_seconds(waited),
+                          call.op, backend, others, world);
+  f.chain.push_back({ctx.thread_label(waiting.front()->tid), "waits in", call.op + backend});
+  f.chain.push_back({call.op, "needs", others + " on other hosts"});
+  f.chain_tids = {waiting.front()->tid};
+  f.severity = Severity::Warning;
+  f.confidence = Confidence::Probable;
+  f.details = {{"collective", call.op},
+               {"backend", call.backend},
+               {"waiting", waiting_json},
+               {"absent", nlohmann::json::array()},
+               {"world_size", world},
+               {"remote_ranks", remote},
+               {"remote_rank_count", elsewhere},
+               {"waited_s", waited}};
+  f.advice = {
+      "Merge the bundles of every rank (hangtrace merge DIR..., or hangtrace merge --prometheus URL "
+      "--job ID from the daemons): it names the rank that is not in the collective, what it does "
+      "instead and which rank stalled first."};
+  f.advice.insert(f.advice.end(), kCollectiveAdvice.begin(), kCollectiveAdvice.end());
+  return f;
+}
+
 }  // namespace
 
 std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
@@ -132,7 +225,7 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
   for (const auto& [pid, v] : views) {
     if (!v.call || reported.count(pid)) continue;
     std::vector<const ProcessInfo*> ranks = job_ranks(ctx, *v.process);
-    if (ranks.size() < 2) continue;
+    if (ranks.empty()) ranks = {v.process};
     std::vector<const RankView*> waiting, absent;
     for (const ProcessInfo* r : ranks) {
       const RankView& rv = views[r->pid];
@@ -150,7 +243,14 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
         return std::find(absent.begin(), absent.end(), w) != absent.end();
       });
     }
-    if (waiting.empty() || absent.empty()) continue;
+    if (waiting.empty()) continue;
+    if (absent.empty()) {
+      if (auto f = remote_ranks_finding(ctx, waiting)) {
+        for (const RankView* w : waiting) reported.insert(w->process->pid);
+        out.push_back(std::move(*f));
+      }
+      continue;
+    }
 
     Finding f(FindingKind::CollectiveWait);
     const CollectiveCall& call = *waiting.front()->call;
@@ -213,15 +313,7 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
                  {"waiting", waiting_json},
                  {"absent", absent_json},
                  {"waited_s", waited}};
-    f.advice = {
-        "Every rank must make the same collectives in the same order: a rank that runs out of batches "
-        "early (uneven data per rank) skips the last ones. Use a DistributedSampler with drop_last=True, "
-        "or torch.distributed.algorithms.Join / model.join() for uneven inputs.",
-        "Collectives behind a rank-dependent condition (if rank == 0: ... all_reduce) deadlock the same way: "
-        "make every rank take the same path.",
-        "Set a timeout on init_process_group (and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 / "
-        "TORCH_DISTRIBUTED_DEBUG=DETAIL) so a missing rank fails fast with its name instead of hanging.",
-    };
+    f.advice = kCollectiveAdvice;
     out.push_back(std::move(f));
   }
   return out;

@@ -3,6 +3,8 @@
 // connection (retransmits, failed connects).
 #include <netinet/tcp.h>
 
+#include <set>
+
 #include <fmt/format.h>
 
 #include "hangtrace/abi.h"
@@ -99,6 +101,45 @@ std::string peer_labels(const RuleContext& ctx, const std::vector<int>& pids) {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
+namespace {
+
+std::string port_of(const std::string& endpoint) {
+  const auto colon = endpoint.rfind(':');
+  return colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+}
+
+// The ports a thread listens on while it waits: a server's loop (poll or
+// epoll over its listening socket and the connections it accepted).
+std::set<std::string> listening_ports(const RuleContext& ctx, const ThreadWait& w) {
+  std::set<std::string> ports;
+  for (const auto& id : w.objects)
+    if (const WaitObject& o = ctx.object(id); o.listening) ports.insert(port_of(o.local));
+  return ports;
+}
+
+// Whether waiting on `o` is an idle wait rather than one for an answer:
+//  - a server's loop waits on a connection it accepted (its local port is
+//    one it listens on) for the client's next request, which it is owed by
+//    nobody;
+//  - a client waits on a connection whose server end, on this host, a
+//    server's loop waits on too: the server is not working on a request of
+//    it, so nothing is on its way (a watch or push channel: the TCPStore
+//    client's listener thread).
+bool idle_connection(const RuleContext& ctx, const ThreadWait& w, const WaitObject& o) {
+  if (o.kind != ObjectKind::TcpSocket) return false;
+  if (listening_ports(ctx, w).count(port_of(o.local))) return true;
+  if (!o.peer_socket) return false;
+  auto peer = ctx.graph.objects.find(fmt::format("socket:[{}]", o.peer_socket));
+  if (peer == ctx.graph.objects.end()) return false;
+  for (int waiter : peer->second.waiters)
+    if (auto t = ctx.graph.threads.find(waiter);
+        t != ctx.graph.threads.end() && listening_ports(ctx, t->second).count(port_of(peer->second.local)))
+      return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<Finding> network_wait_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
   for (const auto& [tid, w] : ctx.graph.threads) {
@@ -107,7 +148,7 @@ std::vector<Finding> network_wait_findings(const RuleContext& ctx) {
     for (const auto& id : w.objects) {
       const WaitObject& o = ctx.object(id);
       if (o.kind != ObjectKind::TcpSocket && o.kind != ObjectKind::UdpSocket) continue;
-      if (o.ready || !has_remote(o)) continue;
+      if (o.ready || !has_remote(o) || idle_connection(ctx, w, o)) continue;
       if (w.blocked_s && *w.blocked_s < ctx.opt.stall_after_s) continue;
       out.push_back(network_wait(ctx, w, o));
     }
