@@ -46,7 +46,10 @@ struct ProcStat {
   uint32_t flags = 0;  // field 9, PF_*
   uint64_t utime_ticks = 0, stime_ticks = 0;
   int num_threads = 0;
-  uint64_t start_time_ticks = 0;   // field 22: tells a reused PID from the original
+  uint64_t start_time_ticks = 0;  // field 22: tells a reused PID from the original
+  // Fields 28, 48, 49: where its stack and its argv are. A new image (exec)
+  // moves them; 0 for a zombie, without ptrace access, or on old kernels.
+  uint64_t start_stack = 0, arg_start = 0, arg_end = 0;
   std::optional<int> exit_signal;  // field 38: the signal the parent gets on exit
   // Field 52: the wait status for zombies (exit code << 8 | signal), the stop
   // signal for stopped tasks. Absent on old kernels that print fewer fields.
@@ -287,6 +290,7 @@ class ProcFs {
   Result<ProcStat> stat(int pid, int* err = nullptr) const;
   Result<ProcStat> thread_stat(int pid, int tid, int* err = nullptr) const;
   Result<ProcStatus> status(int pid, int* err = nullptr) const;
+  Result<ProcStatm> statm(int pid, int* err = nullptr) const;  // its address space's size, cheaply
   Result<ProcStatus> thread_status(int pid, int tid, int* err = nullptr) const;
   // ROOT/PID/task/TID/syscall (TID == PID: the main thread's).
   Result<SyscallState> thread_syscall(int pid, int tid, int* err = nullptr) const;

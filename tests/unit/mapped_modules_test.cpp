@@ -36,6 +36,11 @@ struct FakeProc {
     fs::create_directories(dir.path / std::to_string(pid));
     std::ofstream(dir.path / std::to_string(pid) / "maps", std::ios::binary) << text;
   }
+  // ROOT/PID/statm: the address space's size in pages.
+  void statm(int pid, uint64_t size_pages) {
+    fs::create_directories(dir.path / std::to_string(pid));
+    std::ofstream(dir.path / std::to_string(pid) / "statm") << size_pages << " 100 50 1 0 200 0\n";
+  }
   void thread(int pid, int tid) {
     fs::create_directories(dir.path / std::to_string(pid) / "task" / std::to_string(tid));
   }
@@ -191,6 +196,44 @@ TEST(MappedModules, UntilCudaGapStopsAt30Seconds) {
     }
   }
   EXPECT_EQ(gap, 30'000u);
+}
+
+TEST(MappedModules, UntilCudaSkipsAReadWhileTheAddressSpaceKeepsItsSize) {
+  // 1,000 idle processes: their maps re-read every 30 s cost ~5 % of a core.
+  FakeProc fake;
+  fake.maps(100, procfs_fixture("maps_python_shm"));
+  fake.statm(100, 250'000);
+  Discovery d(ModuleRescan::UntilCuda, fake);
+  d.modules.watch(100);
+  EXPECT_EQ(d.modules.maps_reads(), 1u);
+  for (uint64_t t = 0; t <= 120'000; t += 100) {
+    d.now = t * kMs;
+    d.modules.refresh_due();
+  }
+  EXPECT_EQ(d.modules.maps_reads(), 1u) << "the same size: the same mappings";
+  EXPECT_EQ(d.modules.maps_reads_skipped(), 8u) << "0.5, 1.5, 3.5, 7.5, 15.5, 31.5, 61.5, 91.5 s";
+
+  // dlopen(libcuda): the address space grows, the next due read finds it.
+  fake.maps(100, procfs_fixture("maps_gpu_python"));
+  fake.statm(100, 262'144);
+  d.now = 121'500 * kMs;
+  d.modules.refresh_due();
+  EXPECT_EQ(d.modules.maps_reads(), 2u);
+  EXPECT_TRUE(d.modules.any_maps_cuda());
+  EXPECT_EQ(d.noticed, (std::vector<std::pair<int, std::string>>{{100, kNccl}, {100, kCuda}}));
+}
+
+TEST(MappedModules, UntilCudaReadsWhenTheSizeCannotBeRead) {
+  FakeProc fake;  // no statm: every due read happens, as before
+  fake.maps(100, procfs_fixture("maps_python_shm"));
+  Discovery d(ModuleRescan::UntilCuda, fake);
+  d.modules.watch(100);
+  d.now = 500 * kMs;
+  d.modules.refresh_due();
+  d.now = 1'500 * kMs;
+  d.modules.refresh_due();
+  EXPECT_EQ(d.modules.maps_reads(), 3u);
+  EXPECT_EQ(d.modules.maps_reads_skipped(), 0u);
 }
 
 TEST(MappedModules, ManualOnlyWhatIsHandedIn) {

@@ -31,6 +31,10 @@ TEST(ProcfsStat, ParsesPythonProcess) {
   EXPECT_FALSE(st->is_kernel_thread());
   EXPECT_EQ(st->num_threads, 1);
   EXPECT_EQ(st->start_time_ticks, 44377u);
+  // Where its stack and argv are (the daemon's scan tells an exec by them).
+  EXPECT_EQ(st->start_stack, 140737146677488u);
+  EXPECT_EQ(st->arg_start, 140737146685573u);
+  EXPECT_EQ(st->arg_end, 140737146685648u);
   EXPECT_EQ(st->exit_signal, 17);
   EXPECT_EQ(st->exit_code, 0);
 }
@@ -53,6 +57,8 @@ TEST(ProcfsStat, ZombieKeepsItsWaitStatus) {
   EXPECT_EQ(st->state, 'Z');
   EXPECT_EQ(st->ppid, 6968);
   EXPECT_EQ(st->exit_code, 3 << 8);  // _exit(3)
+  EXPECT_EQ(st->start_stack, 0u) << "no address space any more";
+  EXPECT_EQ(st->arg_start, 0u);
 }
 
 TEST(ProcfsStat, KernelThreadHasPfKthread) {

@@ -50,6 +50,19 @@ double Daemon::mono_to_unix_offset_s() const {
          (static_cast<double>(mono.tv_sec) + mono.tv_nsec / 1e9);
 }
 
+bool Daemon::runs_file(const daemon::ProcessEntry& p, const procfs::FileId& file) {
+  if (exe_seen_.size() > 2 * job_of_.size() + 4096)  // the gone ones, now and then
+    std::erase_if(exe_seen_, [&](const auto& kv) { return !proc_.stat(kv.first); });
+  // A new image (exec) is a new command line; a reused pid a new start time.
+  auto it = exe_seen_.find(p.pid);
+  if (it == exe_seen_.end() || it->second.start_ticks != p.start_ticks || it->second.cmdline != p.cmdline) {
+    auto exe = proc_.exe_file(p.pid);
+    it = exe_seen_.insert_or_assign(p.pid, ExeSeen{p.start_ticks, p.cmdline, std::nullopt}).first;
+    if (exe) it->second.exe = *exe;
+  }
+  return it->second.exe == file;
+}
+
 void Daemon::log(int level, const std::string& line) const {
   // Lines carry a job's comm, command line and file names, raw from the
   // target: escaped, a line cannot move the cursor or forge another line.
@@ -62,6 +75,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   auto matcher = daemon::JobMatcher::make(options.selectors);
   if (!matcher) return make_error(matcher.error());
   d->matcher_ = std::make_unique<daemon::JobMatcher>(std::move(*matcher));
+  d->scanner_ = std::make_unique<daemon::ProcessScanner>(d->proc_.root(), *d->matcher_);
   struct utsname u {};
   if (uname(&u) == 0) {
     d->kernel_release_ = u.release;

@@ -21,6 +21,7 @@
 #include "daemon_metrics.h"
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
+#include "hangtrace/process_scanner.h"
 #include "hangtrace/procfs.h"
 #include "hangtrace/profile.h"
 #include "hangtrace/result.h"
@@ -154,11 +155,21 @@ class Daemon {
   double mono_to_unix_offset_s() const;
   // The cause of an earlier bundle (a previous daemon run's) of the same trigger for this job.
   std::optional<std::string> bundled_before(const Job& job, const std::string& trigger) const;
+  // Whether process `p` runs the executable `file` (another hangtrace):
+  // its exe link is looked at once per process image, not on every scan.
+  bool runs_file(const daemon::ProcessEntry& p, const procfs::FileId& file);
+  struct ExeSeen {
+    uint64_t start_ticks = 0;
+    std::string cmdline;
+    std::optional<procfs::FileId> exe;
+  };
+  std::map<int, ExeSeen> exe_seen_;  // pid -> its executable, as runs_file last read it
   void log(int level, const std::string& line) const;
 
   DaemonOptions options_;
   procfs::ProcFs proc_;
   std::unique_ptr<daemon::JobMatcher> matcher_;
+  std::unique_ptr<daemon::ProcessScanner> scanner_;  // over matcher_
   std::unique_ptr<LiveTracer> tracer_;
   std::unique_ptr<DaemonMetrics> metrics_;
   std::unique_ptr<DaemonHttp> http_;  // /metrics, /bundles; none without --metrics

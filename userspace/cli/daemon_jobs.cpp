@@ -125,7 +125,7 @@ void Daemon::scan() {
     if (p.matched_by.empty()) continue;
     if (self.count(p.pid)) {
       p.matched_by.clear();
-    } else if (auto exe = proc_.exe_file(p.pid); own && exe && *exe == *own) {
+    } else if (own && runs_file(p, *own)) {
       p.matched_by.clear();
     }
   }

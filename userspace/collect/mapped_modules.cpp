@@ -83,6 +83,15 @@ void MappedModules::read(int tgid) {
 void MappedModules::read_scheduled(int tgid, Watched& w, uint64_t now) {
   w.gap_ns = std::min(w.gap_ns * 2, kMaxUntilCudaGapNs);
   w.due_ns = now + w.gap_ns;
+  // Mapping a library (dlopen of libcuda: tens of MiB) grows the address
+  // space; the same size as at the last read is the same mappings. Taken
+  // before the read: a library mapped while it reads is seen next time.
+  auto statm = proc_.statm(tgid);
+  if (statm && w.vm_pages && statm->size_pages == w.vm_pages) {
+    ++maps_reads_skipped_;
+    return;
+  }
+  w.vm_pages = statm ? statm->size_pages : 0;
   read(tgid);
 }
 

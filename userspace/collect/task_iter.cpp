@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <tuple>
 
 #include "hangtrace/abi.h"
@@ -168,6 +170,10 @@ std::mutex g_kept_mu;
 bool g_keep_loaded = false;
 task_snapshot_bpf* g_kept = nullptr;
 uint32_t g_kept_entries = 0;
+// The tgids in the kept object's map: the next pass changes only what
+// differs (the daemon's pass each second over 1,000 processes would
+// otherwise delete and insert each one: 3,000 bpf() calls a second).
+std::set<uint32_t> g_kept_tgids;
 // Room in a kept object's tgid map: a job's processes, with margin.
 constexpr uint32_t kKeptTgids = 4096;
 
@@ -179,6 +185,7 @@ void keep_task_iterator_loaded(bool keep) {
   if (!keep && g_kept) {
     task_snapshot_bpf__destroy(g_kept);
     g_kept = nullptr;
+    g_kept_tgids.clear();
   }
 }
 
@@ -193,14 +200,25 @@ Result<std::string> run_task_iterator(const std::vector<int>& tgids,
 
   IterSession s;
   task_snapshot_bpf* skel = nullptr;
+  std::set<uint32_t> wanted;
+  for (int tgid : tgids)
+    if (tgid > 0) wanted.insert(static_cast<uint32_t>(tgid));
   if (g_kept && tgids.size() <= g_kept_entries) {
-    // Reused: empty the tgid set of the last pass first.
+    // Reused: the tgid set of the last pass becomes this one's.
     skel = g_kept;
     int fd = bpf_map__fd(skel->maps.target_tgids);
-    uint32_t key = 0, next = 0;
-    while (bpf_map_get_next_key(fd, nullptr, &next) == 0) {
-      key = next;
-      if (bpf_map_delete_elem(fd, &key) != 0) return load_error("emptying the tgid map", errno);
+    for (auto it = g_kept_tgids.begin(); it != g_kept_tgids.end();) {
+      if (wanted.count(*it)) {
+        ++it;
+        continue;
+      }
+      uint32_t key = *it;
+      if (bpf_map_delete_elem(fd, &key) != 0 && errno != ENOENT) {
+        g_kept_tgids.clear();  // unknown now: a fresh object next time
+        g_kept_entries = 0;
+        return load_error("emptying the tgid map", errno);
+      }
+      it = g_kept_tgids.erase(it);
     }
   } else {
     s.skel = task_snapshot_bpf__open();
@@ -216,18 +234,24 @@ Result<std::string> run_task_iterator(const std::vector<int>& tgids,
       if (g_kept) task_snapshot_bpf__destroy(g_kept);  // too small for this job
       g_kept = s.skel;
       g_kept_entries = entries;
+      g_kept_tgids.clear();
       s.skel = nullptr;  // not this pass's to destroy
     }
   }
 
   int map_fd = bpf_map__fd(skel->maps.target_tgids);
-  for (int tgid : tgids) {
-    if (tgid <= 0) continue;
-    uint32_t key = static_cast<uint32_t>(tgid);
+  const bool kept = skel == g_kept;
+  for (uint32_t key : wanted) {
+    if (kept && g_kept_tgids.count(key)) continue;  // in the map since an earlier pass
     uint8_t one = 1;
     if (bpf_map_update_elem(map_fd, &key, &one, BPF_ANY) != 0) {
+      if (kept) {
+        g_kept_tgids.clear();
+        g_kept_entries = 0;
+      }
       return load_error("filling the tgid map", errno);
     }
+    if (kept) g_kept_tgids.insert(key);
   }
 
   s.link = bpf_program__attach_iter(which(skel), nullptr);

@@ -80,6 +80,9 @@ std::string ProcFs::self_path() const { return root_ + "/self"; }
 Result<ProcStat> ProcFs::stat(int pid, int* err) const {
   return read_and_parse<ProcStat>(pid_path(pid) + "/stat", err, parse_stat);
 }
+Result<ProcStatm> ProcFs::statm(int pid, int* err) const {
+  return read_and_parse<ProcStatm>(pid_path(pid) + "/statm", err, parse_statm);
+}
 Result<ProcStat> ProcFs::thread_stat(int pid, int tid, int* err) const {
   return read_and_parse<ProcStat>(task_path(pid, tid) + "/stat", err, parse_stat);
 }

@@ -53,6 +53,9 @@ Result<ProcStat> parse_stat(std::string_view text) {
   st.stime_ticks = *stime;
   st.num_threads = *threads;
   st.start_time_ticks = *start;
+  if (auto v = parse_u64(field(28))) st.start_stack = *v;
+  if (auto v = parse_u64(field(48))) st.arg_start = *v;
+  if (auto v = parse_u64(field(49))) st.arg_end = *v;
   if (auto sig = parse_int<int>(field(38))) st.exit_signal = *sig;
   if (auto code = parse_int<int>(field(52))) st.exit_code = *code;
   return st;

@@ -1,0 +1,173 @@
+// The daemon's /proc scan with a memory (process_scanner.h): the same
+// entries as scan_processes, without reading an unchanged process's command
+// line again; a new image (exec), a reused pid, an argv rewritten in place
+// are still seen.
+#include "hangtrace/process_scanner.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fake_proc.h"
+
+namespace hangtrace::daemon {
+namespace {
+
+using testing::FakeProc;
+
+JobMatcher matcher(JobSelectors s) {
+  auto m = JobMatcher::make(s);
+  EXPECT_TRUE(m) << m.error();
+  return *m;
+}
+
+// ROOT/PID/stat with all 52 fields: start time (22), start of the stack
+// (28), argv's bounds (48, 49), as an exec moves them.
+void write_stat(const FakeProc& proc, int pid, int ppid, const std::string& comm, uint64_t start,
+                uint64_t stack, uint64_t arg_start, uint64_t arg_end) {
+  std::vector<std::string> f(52, "0");
+  f[0] = std::to_string(pid);
+  f[1] = "(" + comm + ")";
+  f[2] = "S";
+  f[3] = std::to_string(ppid);
+  f[8] = "4194304";  // flags: not a kernel thread
+  f[19] = "1";       // threads
+  f[21] = std::to_string(start);
+  f[27] = std::to_string(stack);
+  f[47] = std::to_string(arg_start);
+  f[48] = std::to_string(arg_end);
+  std::string line;
+  for (const auto& x : f) line += (line.empty() ? "" : " ") + x;
+  std::ofstream(proc.root / std::to_string(pid) / "stat") << line << "\n";
+}
+
+void write_cmdline(const FakeProc& proc, int pid, const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const auto& a : argv) cmd += a + '\0';
+  std::ofstream(proc.root / std::to_string(pid) / "cmdline", std::ios::binary) << cmd;
+}
+
+std::vector<std::tuple<int, int, uint64_t, std::string, std::string, std::string>> rows(
+    const std::vector<ProcessEntry>& entries) {
+  std::vector<std::tuple<int, int, uint64_t, std::string, std::string, std::string>> out;
+  for (const auto& e : entries)
+    out.emplace_back(e.pid, e.ppid, e.start_ticks, e.comm, e.cmdline, e.matched_by);
+  return out;
+}
+
+TEST(ProcessScanner, TheEntriesOfScanProcessesWithoutReadingCommandLinesAgain) {
+  FakeProc proc;
+  proc.add(1, 0, "systemd", {"/sbin/init"});
+  proc.add(10, 1, "torchrun", {"/usr/bin/python3", "/usr/bin/torchrun", "train.py"});
+  proc.add(11, 10, "python3", {"/usr/bin/python3", "-u", "train.py", "--local-rank=0"});
+  proc.add(14, 11, "python3", {"/usr/bin/python3", "-u", "train.py", "--local-rank=0"});
+  proc.add(30, 1, "bash", {"bash"});
+  proc.add(2, 0, "kthreadd", {}, "", {}, 0x00208040);  // a kernel thread: never listed
+  const JobMatcher m = matcher({{R"(train\.py)"}, {}, false});
+  auto plain = scan_processes(proc.root, m);
+  ASSERT_TRUE(plain) << plain.error();
+
+  ProcessScanner scanner(proc.root.string(), m);
+  auto first = scanner.scan();
+  ASSERT_TRUE(first) << first.error();
+  EXPECT_EQ(rows(*first), rows(*plain));
+  EXPECT_EQ(scanner.cmdlines_read(), 5u);
+  EXPECT_EQ(scanner.matches_made(), 5u);
+
+  auto second = scanner.scan();
+  ASSERT_TRUE(second) << second.error();
+  EXPECT_EQ(rows(*second), rows(*plain));
+  // Pids 1, 10, 11, 14, 30 at scan 2 of 15: none is due for its refresh (scan + pid).
+  EXPECT_EQ(scanner.cmdlines_read(), 5u) << "nothing changed: no command line read again";
+  EXPECT_EQ(scanner.matches_made(), 5u) << "nor matched again";
+}
+
+TEST(ProcessScanner, AnExecAReusedPidAndANewProcessAreReadAtTheNextScan) {
+  FakeProc proc;
+  proc.add(20, 1, "python3", {"/usr/bin/python3", "wrapper.py"});
+  proc.add(21, 1, "python3", {"/usr/bin/python3", "other.py"});
+  write_stat(proc, 20, 1, "python3", 1000, 0x7ffd0000, 0x7ffd1000, 0x7ffd1020);
+  write_stat(proc, 21, 1, "python3", 1000, 0x7ffe0000, 0x7ffe1000, 0x7ffe1020);
+  const JobMatcher m = matcher({{R"(train\.py)"}, {}, false});
+  ProcessScanner scanner(proc.root.string(), m);
+  ASSERT_TRUE(scanner.scan());
+  const uint64_t reads = scanner.cmdlines_read();
+
+  // 20 execs python3 train.py (the same comm; a new stack and argv);
+  // pid 21 exits and is reused by a new process; 22 starts.
+  write_cmdline(proc, 20, {"/usr/bin/python3", "train.py"});
+  write_stat(proc, 20, 1, "python3", 1000, 0x7ffc0000, 0x7ffc1000, 0x7ffc1018);
+  write_cmdline(proc, 21, {"/usr/bin/python3", "train.py", "--again"});
+  write_stat(proc, 21, 1, "python3", 2000, 0x7ffe0000, 0x7ffe1000, 0x7ffe1020);
+  proc.add(22, 1, "python3", {"/usr/bin/python3", "train.py"});
+  auto after = scanner.scan();
+  ASSERT_TRUE(after) << after.error();
+  std::map<int, std::string> why;
+  for (const auto& e : *after) why[e.pid] = e.matched_by;
+  EXPECT_EQ(why[20], R"(cmdline ~ 'train\.py')");
+  EXPECT_EQ(why[21], R"(cmdline ~ 'train\.py')");
+  EXPECT_EQ(why[22], R"(cmdline ~ 'train\.py')");
+  EXPECT_EQ(scanner.cmdlines_read(), reads + 3);
+}
+
+TEST(ProcessScanner, AnArgvRewrittenInPlaceIsSeenWithinFullEveryScans) {
+  // setproctitle: the command line changes, the stat does not.
+  FakeProc proc;
+  proc.add(20, 1, "python3", {"/usr/bin/python3", "launcher.py"});
+  write_stat(proc, 20, 1, "python3", 1000, 0x7ffd0000, 0x7ffd1000, 0x7ffd1080);
+  const JobMatcher m = matcher({{R"(train\.py)"}, {}, false});
+  ProcessScanner scanner(proc.root.string(), m, 4);
+  ASSERT_TRUE(scanner.scan());
+  write_cmdline(proc, 20, {"train.py rank 3"});
+  int seen_at = 0;
+  for (int scan = 1; scan <= 4 && !seen_at; ++scan) {
+    auto s = scanner.scan();
+    ASSERT_TRUE(s) << s.error();
+    ASSERT_EQ(s->size(), 1u);
+    if (!s->front().matched_by.empty()) seen_at = scan;
+  }
+  EXPECT_GT(seen_at, 0) << "not seen within 4 scans";
+}
+
+TEST(ProcessScanner, GoneAndZombieProcessesAreLeftOut) {
+  FakeProc proc;
+  proc.add(20, 1, "python3", {"/usr/bin/python3", "train.py"});
+  proc.add(21, 20, "python3", {"/usr/bin/python3", "train.py"});
+  write_stat(proc, 21, 20, "python3", 1000, 0x7ffd0000, 0x7ffd1000, 0x7ffd1080);
+  const JobMatcher m = matcher({{R"(train\.py)"}, {}, false});
+  ProcessScanner scanner(proc.root.string(), m);
+  ASSERT_TRUE(scanner.scan());
+  // 21 becomes a zombie: no mm, so no stack or argv in its stat, and an
+  // empty command line.
+  write_stat(proc, 21, 20, "python3", 1000, 0, 0, 0);
+  write_cmdline(proc, 21, {});
+  auto zombie = scanner.scan();
+  ASSERT_TRUE(zombie) << zombie.error();
+  ASSERT_EQ(zombie->size(), 1u);
+  EXPECT_EQ(zombie->front().pid, 20);
+  std::filesystem::remove_all(proc.root / "20");
+  std::filesystem::remove_all(proc.root / "21");
+  auto gone = scanner.scan();
+  ASSERT_TRUE(gone) << gone.error();
+  EXPECT_TRUE(gone->empty());
+}
+
+TEST(ProcessScanner, CgroupAndGpuSelectorsAreMatchedAgainWhenThoseChange) {
+  FakeProc proc;
+  proc.add(40, 1, "python3", {"python3", "a.py"}, "0::/user.slice\n");
+  const JobMatcher m = matcher({{}, {"/kubepods/"}, true});
+  ProcessScanner scanner(proc.root.string(), m);
+  auto before = scanner.scan();
+  ASSERT_TRUE(before) << before.error();
+  EXPECT_EQ(before->front().matched_by, "");
+  std::ofstream(proc.root / "40" / "cgroup") << "0::/kubepods/pod-a/c1\n";  // moved into a pod
+  auto after = scanner.scan();
+  ASSERT_TRUE(after) << after.error();
+  EXPECT_EQ(after->front().matched_by, "cgroup /kubepods/pod-a/c1");
+}
+
+}  // namespace
+}  // namespace hangtrace::daemon

@@ -1,0 +1,134 @@
+#include "hangtrace/process_scanner.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "hangtrace/procfs.h"
+
+namespace hangtrace::daemon {
+
+ProcessScanner::ProcessScanner(std::string proc_root, const JobMatcher& matcher, unsigned full_every)
+    : proc_root_(std::move(proc_root)), matcher_(matcher), full_every_(full_every ? full_every : 1) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    max_stat_fds_ = static_cast<size_t>(r.rlim_cur) / 2;
+  else
+    max_stat_fds_ = 16384;
+}
+
+ProcessScanner::~ProcessScanner() {
+  for (const auto& [pid, fd] : stat_fds_) close(fd);
+}
+
+void ProcessScanner::close_stat(int pid) {
+  if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
+    close(it->second);
+    stat_fds_.erase(it);
+  }
+}
+
+Result<procfs::ProcStat> ProcessScanner::read_stat(int pid) {
+  char buf[4096];
+  if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
+    ssize_t n = pread(it->second, buf, sizeof buf, 0);
+    if (n > 0)
+      if (auto st = procfs::parse_stat(std::string_view(buf, static_cast<size_t>(n)))) return st;
+    close_stat(pid);  // gone (ESRCH), or a reused pid: opened anew
+  }
+  const std::string path = fmt::format("{}/{}/stat", proc_root_, pid);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(fmt::format("failed to read {}: {}", path, std::strerror(errno)));
+  ssize_t n = pread(fd, buf, sizeof buf, 0);
+  if (n <= 0) {
+    const int e = n < 0 ? errno : 0;
+    close(fd);
+    return make_error(fmt::format("failed to read {}: {}", path, e ? std::strerror(e) : "empty"));
+  }
+  auto st = procfs::parse_stat(std::string_view(buf, static_cast<size_t>(n)));
+  if (st && stat_fds_.size() < max_stat_fds_)
+    stat_fds_[pid] = fd;
+  else
+    close(fd);
+  return st;
+}
+
+Result<std::vector<ProcessEntry>> ProcessScanner::scan() {
+  const procfs::ProcFs proc(proc_root_);
+  auto pids = proc.pids();
+  if (!pids) return make_error(pids.error());
+  ++scans_;
+  std::vector<ProcessEntry> out;
+  out.reserve(pids->size());
+  std::set<int> seen;
+  for (int pid : *pids) {
+    auto stat = read_stat(pid);
+    if (!stat || stat->is_kernel_thread()) {
+      close_stat(pid);
+      continue;
+    }
+    seen.insert(pid);
+    ProcessEntry e;
+    e.pid = pid;
+    e.ppid = stat->ppid;
+    e.start_ticks = stat->start_time_ticks;
+    e.comm = stat->comm;
+    auto k = known_.find(pid);
+    // The same process with the same image, not due for its refresh (spread
+    // over the scans by pid): its command line is the one read before.
+    const bool same = k != known_.end() && k->second.start_ticks == stat->start_time_ticks &&
+                      k->second.comm == stat->comm && k->second.start_stack == stat->start_stack &&
+                      k->second.arg_start == stat->arg_start && k->second.arg_end == stat->arg_end &&
+                      (scans_ + static_cast<uint64_t>(pid)) % full_every_ != 0;
+    std::string cmdline;
+    if (same) {
+      cmdline = k->second.cmdline;
+    } else {
+      auto read = proc.cmdline(pid);
+      ++cmdlines_read_;
+      if (!read || read->empty()) {  // gone, a zombie, or exiting
+        known_.erase(pid);
+        continue;
+      }
+      cmdline = std::move(*read);
+    }
+    std::string cgroup;
+    if (matcher_.wants_cgroup())
+      if (auto c = proc.cgroup(pid)) cgroup = *c;
+    std::vector<std::string> fds;
+    if (matcher_.wants_fds())
+      if (auto list = proc.fds(pid))
+        for (int fd : *list)
+          if (auto target = proc.fd_link(pid, fd); target && target->starts_with("/dev/nvidia"))
+            fds.push_back(*target);
+    Known& entry = known_[pid];
+    if (!same || entry.cmdline != cmdline || entry.cgroup != cgroup || entry.fds != fds) {
+      auto why = matcher_.match(cmdline, cgroup, fds);
+      ++matches_made_;
+      entry = Known{stat->start_time_ticks, stat->start_stack, stat->arg_start,
+                    stat->arg_end,          stat->comm,        cmdline,
+                    std::move(cgroup),      std::move(fds),    why ? *why : std::string()};
+    }
+    e.cmdline = std::move(cmdline);
+    e.matched_by = entry.matched_by;
+    out.push_back(std::move(e));
+  }
+  std::erase_if(known_, [&](const auto& kv) { return !seen.count(kv.first); });
+  for (auto it = stat_fds_.begin(); it != stat_fds_.end();) {
+    if (seen.count(it->first)) {
+      ++it;
+      continue;
+    }
+    close(it->second);
+    it = stat_fds_.erase(it);
+  }
+  return out;
+}
+
+}  // namespace hangtrace::daemon
