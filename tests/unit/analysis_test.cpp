@@ -366,6 +366,19 @@ TEST(Analysis, IdleConnectionsOfAServerLoopAreNotNetworkWaits) {
   Diagnosis idle = diagnose(b.s);
   EXPECT_EQ(find_kind(idle, "network-wait"), nullptr) << idle.verdict.summary;
 
+  // The same server loop outside the job (a local service): it may have
+  // handed the request to a thread that is stuck; its clients' waits count.
+  b.find(100)->role = ProcessRole::Peer;
+  b.s.target_pid = 200;
+  b.find(200)->role = ProcessRole::Target;
+  Diagnosis served = diagnose(b.s);
+  const Finding* client = find_kind(served, "network-wait");
+  ASSERT_NE(client, nullptr) << served.verdict.summary;
+  EXPECT_TRUE(has_pid(*client, 200));
+  b.find(100)->role = ProcessRole::Target;
+  b.s.target_pid = 100;
+  b.find(200)->role = ProcessRole::Descendant;
+
   // The server thread busy elsewhere (not reading its connections): the
   // clients' waits are for it.
   ThreadInfo& server = *std::find_if(b.find(100)->threads.begin(), b.find(100)->threads.end(),

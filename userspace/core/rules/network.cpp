@@ -121,10 +121,12 @@ std::set<std::string> listening_ports(const RuleContext& ctx, const ThreadWait& 
 //  - a server's loop waits on a connection it accepted (its local port is
 //    one it listens on) for the client's next request, which it is owed by
 //    nobody;
-//  - a client waits on a connection whose server end, on this host, a
-//    server's loop waits on too: the server is not working on a request of
-//    it, so nothing is on its way (a watch or push channel: the TCPStore
-//    client's listener thread).
+//  - a client waits on a connection whose server end a server's loop of the
+//    job itself waits on too: the server is not working on a request of it,
+//    so nothing is on its way (a watch or push channel: the TCPStore
+//    client's listener thread). Not for a server outside the job: one that
+//    hands requests to other threads (an asyncio download server) polls its
+//    connections while a request is stuck, and its clients do wait for it.
 bool idle_connection(const RuleContext& ctx, const ThreadWait& w, const WaitObject& o) {
   if (o.kind != ObjectKind::TcpSocket) return false;
   if (listening_ports(ctx, w).count(port_of(o.local))) return true;
@@ -133,7 +135,8 @@ bool idle_connection(const RuleContext& ctx, const ThreadWait& w, const WaitObje
   if (peer == ctx.graph.objects.end()) return false;
   for (int waiter : peer->second.waiters)
     if (auto t = ctx.graph.threads.find(waiter);
-        t != ctx.graph.threads.end() && listening_ports(ctx, t->second).count(port_of(peer->second.local)))
+        t != ctx.graph.threads.end() && ctx.in_tree(waiter) &&
+        listening_ports(ctx, t->second).count(port_of(peer->second.local)))
       return true;
   return false;
 }
