@@ -129,11 +129,12 @@ bpf_stats_on
 export PYTHON
 HANGTRACE_BIN=$(realpath -m "$HANGTRACE_BIN") BIN_DIR=$tmp JOB_PY=$HERE/bench_daemon_job.py \
   BENCH_LIB_DIR=$BENCH_LIB_DIR "$PYTHON" - <<'EOF'
-import json, os, re, signal, subprocess, sys, time, urllib.request
+import json, os, re, signal, subprocess, sys, time
 sys.path.insert(0, os.environ["BENCH_LIB_DIR"])
-from bench_lib import (PROG_NAMES, fmt, have, make_gate, med, name_progs, open_gate, pins, proc_cpu_ns,
-                       proc_cpu_s, proc_hwm_kib, proc_status_kib, prog_stats, read_result, tracefs_ns,
-                       wait_links_settle)
+from bench_lib import (PROG_NAMES, VERDICTS, HangtraceDaemon, HangtraceFailed, cpu_pct, ecma_literal, end, fmt,
+                       have, kill_started, make_gate, med, metric_cpu_pct, name_progs, open_gate, pins, proc_cpu_ns,
+                       proc_cpu_s, proc_hwm_kib, proc_status_kib, prog_stats, read_result, report_profile, spawn,
+                       start_profile, tracefs_ns, verdict, wait_links_settle)
 
 TMP = os.environ["BIN_DIR"]
 HT = os.environ["HANGTRACE_BIN"]
@@ -169,137 +170,9 @@ for s in SECTIONS:
     if s not in ("overhead", "train", "idle", "soak"):
         sys.exit("bench_daemon: SECTIONS: no section %r (have: overhead, train, idle, soak)" % s)
 
-STARTED = []   # every process this driver started: killed at the end whatever happens
-
-
-def spawn(argv, **kw):
-    kw.setdefault("stdin", subprocess.DEVNULL)
-    kw.setdefault("stdout", subprocess.DEVNULL)
-    p = subprocess.Popen(argv, **kw)
-    STARTED.append(p)
-    return p
-
-
-def end(p, sig=signal.SIGTERM, timeout=15):
-    if p.poll() is None:
-        try:
-            if getattr(p, "own_group", False):
-                os.killpg(p.pid, sig)
-            else:
-                p.send_signal(sig)
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    return p.wait()
-
-
-class HangtraceFailed(Exception):
-    pass
-
-
-VERDICTS = []   # the PASS/FAIL lines, repeated at the end
-
-
-def verdict(ok, text):
-    line = "[%s] %s" % ("PASS" if ok else "FAIL", text)
-    VERDICTS.append(line)
-    print(line, flush=True)
-
-
-def ecma_literal(text):
-    """A regex (ECMAScript, as the daemon compiles --match) that matches text."""
-    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
-
-
-class Daemon:
+def Daemon(patterns, extra=()):
     """One `hangtrace daemon` on the tracers' CPUs, metrics on a free port."""
-    n = 0
-
-    def __init__(self, patterns, extra=()):
-        Daemon.n += 1
-        self.err_path = os.path.join(TMP, "daemon-%d.err" % Daemon.n)
-        argv = TRACER_PIN + [HT, "daemon", "--bundle-dir", os.path.join(TMP, "bundles"),
-                             "--metrics", "127.0.0.1:0"] + list(extra)
-        for p in patterns:
-            argv += ["--match", p]
-        self.proc = spawn(argv, stderr=open(self.err_path, "w"))
-        self.pid = self.proc.pid
-        deadline = time.monotonic() + 60
-        while True:
-            m = re.search(r"metrics on http://(\S+)/metrics", self.log())
-            if m:
-                self.url = "http://%s/metrics" % m.group(1)
-                break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise HangtraceFailed("hangtrace daemon did not start (%s): %s" % (
-                    "exit %s" % self.proc.returncode if self.proc.poll() is not None else "no ready line in 60 s",
-                    self.log()[-400:].strip().replace("\n", " | ")))
-            time.sleep(0.02)
-
-    def log(self):
-        try:
-            return open(self.err_path).read()
-        except OSError:
-            return ""
-
-    def wait_tracking(self, roots, timeout=30):
-        """Until the daemon said it tracks every pid of roots as a job."""
-        deadline = time.monotonic() + timeout
-        want = {"tracking job %d " % r for r in roots}
-        while True:
-            text = self.log()
-            if all(w in text for w in want):
-                return
-            if self.proc.poll() is not None:
-                raise HangtraceFailed("hangtrace daemon exited (%s): %s" % (
-                    self.proc.returncode, text[-400:].strip().replace("\n", " | ")))
-            if time.monotonic() > deadline:
-                raise HangtraceFailed("hangtrace daemon did not track %s within %.0f s: %s" % (
-                    sorted(roots), timeout, text[-400:].strip().replace("\n", " | ")))
-            time.sleep(0.02)
-
-    def metrics(self):
-        """{'name' or 'name{labels}': value} of /metrics, buckets left out."""
-        try:
-            text = urllib.request.urlopen(self.url, timeout=10).read().decode()
-        except OSError as e:
-            raise HangtraceFailed("hangtrace daemon's %s: %s" % (self.url, e))
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("#") or "_bucket{" in line:
-                continue
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                pass
-        return out
-
-    def sample(self):
-        """(monotonic s, schedstat ns, stat ticks s) now."""
-        return time.monotonic(), proc_cpu_ns(self.pid), proc_cpu_s(self.pid)
-
-    def stop(self):
-        if self.proc.poll() is not None:
-            raise HangtraceFailed("hangtrace daemon exited early (%s): %s" % (
-                self.proc.returncode, self.log()[-400:].strip().replace("\n", " | ")))
-        rc = end(self.proc)
-        if rc != 0:
-            raise HangtraceFailed("hangtrace daemon exited %d on SIGTERM: %s" % (
-                rc, self.log()[-400:].strip().replace("\n", " | ")))
-
-
-def cpu_pct(a, b):
-    """% of one core between two Daemon.sample()s: (schedstat, stat ticks)."""
-    wall = b[0] - a[0]
-    ns = (b[1] - a[1]) / 1e9 * 100 / wall if a[1] is not None and b[1] is not None else None
-    ticks = (b[2] - a[2]) * 100 / wall if a[2] is not None and b[2] is not None else None
-    return ns, ticks
-
-
-def metric_cpu_pct(ma, mb, wall):
-    k = "hangtrace_daemon_cpu_seconds_total"
-    return (mb[k] - ma[k]) * 100 / wall if k in ma and k in mb else None
+    return HangtraceDaemon(HT, TMP, patterns, extra, pin=TRACER_PIN)
 
 
 # ---- overhead -------------------------------------------------------------------------
@@ -642,37 +515,9 @@ def idle_window(d, label):
     return ns, ticks, mpct, mb.get('hangtrace_tracked{what="processes"}')
 
 
-def start_profile(d, name):
+def profile_daemon(d, name):
     """perf record -g of the daemon for PROFILE_SECONDS, in the background."""
-    if not have("perf"):
-        print("  profile: skipped: perf not installed (apt-get install linux-perf)")
-        return None
-    data = os.path.join(TMP, name + ".perf.data")
-    p = spawn(["perf", "record", "-q", "-F", "997", "-g", "--call-graph", "dwarf,16384", "-o", data,
-               "-p", str(d.pid), "--", "sleep", str(PROFILE_SECONDS)], stderr=subprocess.DEVNULL)
-    p.data = data
-    return p
-
-
-def report_profile(p):
-    if p is None:
-        return
-    if p.wait() != 0:
-        print("  profile: perf record failed (exit %d)" % p.returncode)
-        return
-    # Self time by symbol; then, inclusive, the daemon's own functions only
-    # (main, _start, the syscall entry are 80-100 % and say nothing).
-    for title, args, keep in (("self time", ["--no-children", "--sort", "dso,symbol"], lambda l: True),
-                              ("inclusive, hangtrace's functions", ["--children", "--sort", "symbol"],
-                               lambda l: "hangtrace::" in l and "run_daemon" not in l and "Daemon::run" not in l)):
-        rep = subprocess.run(["perf", "report", "-i", p.data, "--stdio", "-g", "none", "--percent-limit", "1"]
-                             + args, capture_output=True, text=True).stdout
-        lines = [re.sub(r"\s{2,}", "  ", l).strip() for l in rep.splitlines() if l.strip() and not l.startswith("#")]
-        lines = [re.sub(r"(\s+-)+$", "", l) for l in lines if keep(l)][:15]
-        print("  profile (%s; %.0f s, perf record -F 997 -g --call-graph dwarf):" % (title, PROFILE_SECONDS))
-        for l in lines:
-            print("    " + l[:160])
-    print("  (perf data: %s; KEEP=1 keeps it)" % p.data)
+    return start_profile(d.pid, PROFILE_SECONDS, os.path.join(TMP, name + ".perf.data"))
 
 
 def idle():
@@ -695,7 +540,7 @@ def idle():
                 (some[0] - none[0]) / (IDLE_PROCS * (1 + IDLE_WORKERS))))
         hwm = proc_hwm_kib(d.pid) / 1024
         if PROFILE:
-            report_profile(start_profile(d, "idle"))
+            report_profile(profile_daemon(d, "idle"))
         d.stop()
     finally:
         for p in jobs:
@@ -765,7 +610,7 @@ def soak():
             for s in shorts:
                 s.poll()
             if PROFILE and prof is None and now - t0 >= max(0, SOAK_SECONDS - PROFILE_SECONDS - 5):
-                prof = start_profile(d, "soak")    # the soak's last PROFILE_SECONDS
+                prof = profile_daemon(d, "soak")    # the soak's last PROFILE_SECONDS
             time.sleep(0.2)
         b = d.sample()
         rc = job.wait(30) if job.poll() is None else job.returncode
@@ -873,16 +718,7 @@ except HangtraceFailed as e:
     print("bench_daemon: hangtrace failed: %s" % e, file=sys.stderr)
     status = 1
 finally:
-    for p in STARTED:
-        if p.poll() is None:
-            try:
-                if getattr(p, "own_group", False):
-                    os.killpg(p.pid, signal.SIGKILL)
-                else:
-                    p.kill()
-            except OSError:
-                pass
-            p.wait()
+    kill_started()
 host_line("end")
 if VERDICTS:
     print("summary (targets of the always-on daemon issue; %.0f s in all):" % (time.monotonic() - t_start))

@@ -1,10 +1,11 @@
 """Jobs for scripts/bench_daemon.sh (the always-on daemon's benchmark).
 
-  bench_daemon_job.py idle [WORKERS]
+  bench_daemon_job.py idle [WORKERS [TAG]]
       import torch, run one matmul (its intra-op threads exist), fork WORKERS
       (0) children that wait too (idle DataLoader workers: the same command
       line, so the same job), print READY, then wait forever: an idle
-      training process that the daemon tracks.
+      training process that the daemon tracks. TAG is only there to be
+      matched (scripts/bench_fleet.sh: --match picks groups of jobs by it).
   bench_daemon_job.py short SECONDS
       a job that lives SECONDS and exits 0 (the harness starts these now and
       then so that jobs come and go during the soak as on a fleet node).
@@ -179,7 +180,7 @@ def train(steps, gate, out_path):
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "idle":
-        idle(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+        idle(int(sys.argv[2]) if len(sys.argv) > 2 else 0)   # argv[3], a TAG, is for --match only
     elif mode == "short":
         short(float(sys.argv[2]))
     elif mode == "soak":
@@ -187,5 +188,5 @@ if __name__ == "__main__":
     elif mode == "train":
         train(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:
-        sys.exit("usage: bench_daemon_job.py idle [WORKERS] | short SECONDS | soak SECONDS STATS_JSON | "
+        sys.exit("usage: bench_daemon_job.py idle [WORKERS [TAG]] | short SECONDS | soak SECONDS STATS_JSON | "
                  "train STEPS GATE OUT_JSON")

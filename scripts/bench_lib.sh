@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by the live-overhead benchmarks (scripts/bench_live.sh,
-# scripts/bench_daemon.sh). Needs die().
+# Sourced by the benchmarks with a Python driver (scripts/bench_live.sh,
+# scripts/bench_daemon.sh, scripts/bench_fleet.sh). Needs die().
 # shellcheck disable=SC2034  # BENCH_LIB_DIR is for the Python driver
 
 # Their Python drivers import scripts/bench_lib.py from here.
