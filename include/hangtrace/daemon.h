@@ -19,6 +19,10 @@
 #include "hangtrace/live.h"
 #include "hangtrace/result.h"
 
+namespace hangtrace::procfs {
+class ProcFs;
+}
+
 namespace hangtrace::daemon {
 
 // ---- which processes are jobs ------------------------------------------------
@@ -47,6 +51,15 @@ class JobMatcher {
   JobSelectors selectors_;
   std::vector<std::regex> patterns_;
 };
+
+// What the selectors look at besides the command line, read only when they
+// need it: the process's /proc/PID/cgroup text (--cgroup) and the
+// /dev/nvidia* devices it holds open (--gpu).
+struct MatchInputs {
+  std::string cgroup;
+  std::vector<std::string> device_fds;
+};
+MatchInputs read_match_inputs(const procfs::ProcFs& proc, int pid, const JobMatcher& matcher);
 
 struct ProcessEntry {
   int pid = 0, ppid = 0;

@@ -45,8 +45,8 @@ class ProcessScanner {
  private:
   struct Known {
     uint64_t start_ticks = 0, start_stack = 0, arg_start = 0, arg_end = 0;
-    std::string comm, cmdline, cgroup;
-    std::vector<std::string> fds;
+    std::string comm, cmdline;
+    MatchInputs inputs;
     std::string matched_by;
   };
   Result<procfs::ProcStat> read_stat(int pid);

@@ -62,6 +62,18 @@ std::optional<std::string> JobMatcher::match(const std::string& cmdline, const s
   return std::nullopt;
 }
 
+MatchInputs read_match_inputs(const ProcFs& proc, int pid, const JobMatcher& matcher) {
+  MatchInputs in;
+  if (matcher.wants_cgroup())
+    if (auto c = proc.cgroup(pid)) in.cgroup = *c;
+  if (matcher.wants_fds())
+    if (auto list = proc.fds(pid))
+      for (int fd : *list)
+        if (auto target = proc.fd_link(pid, fd); target && target->starts_with("/dev/nvidia"))
+          in.device_fds.push_back(*target);
+  return in;
+}
+
 Result<std::vector<ProcessEntry>> scan_processes(const std::string& proc_root, const JobMatcher& matcher) {
   const ProcFs proc(proc_root);
   auto pids = proc.pids();
@@ -80,16 +92,8 @@ Result<std::vector<ProcessEntry>> scan_processes(const std::string& proc_root, c
     if (!cmdline) continue;
     e.cmdline = std::move(*cmdline);
     if (e.cmdline.empty()) continue;  // a zombie, or exiting
-    std::string cgroup;
-    if (matcher.wants_cgroup())
-      if (auto c = proc.cgroup(pid)) cgroup = *c;
-    std::vector<std::string> fds;
-    if (matcher.wants_fds())
-      if (auto list = proc.fds(pid))
-        for (int fd : *list)
-          if (auto target = proc.fd_link(pid, fd); target && target->starts_with("/dev/nvidia"))
-            fds.push_back(*target);
-    if (auto why = matcher.match(e.cmdline, cgroup, fds)) e.matched_by = *why;
+    const MatchInputs in = read_match_inputs(proc, pid, matcher);
+    if (auto why = matcher.match(e.cmdline, in.cgroup, in.device_fds)) e.matched_by = *why;
     out.push_back(std::move(e));
   }
   return out;

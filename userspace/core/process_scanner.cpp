@@ -98,22 +98,20 @@ Result<std::vector<ProcessEntry>> ProcessScanner::scan() {
       }
       cmdline = std::move(*read);
     }
-    std::string cgroup;
-    if (matcher_.wants_cgroup())
-      if (auto c = proc.cgroup(pid)) cgroup = *c;
-    std::vector<std::string> fds;
-    if (matcher_.wants_fds())
-      if (auto list = proc.fds(pid))
-        for (int fd : *list)
-          if (auto target = proc.fd_link(pid, fd); target && target->starts_with("/dev/nvidia"))
-            fds.push_back(*target);
+    MatchInputs inputs = read_match_inputs(proc, pid, matcher_);
     Known& entry = known_[pid];
-    if (!same || entry.cmdline != cmdline || entry.cgroup != cgroup || entry.fds != fds) {
-      auto why = matcher_.match(cmdline, cgroup, fds);
+    if (!same || entry.cmdline != cmdline || entry.inputs.cgroup != inputs.cgroup ||
+        entry.inputs.device_fds != inputs.device_fds) {
+      auto why = matcher_.match(cmdline, inputs.cgroup, inputs.device_fds);
       ++matches_made_;
-      entry = Known{stat->start_time_ticks, stat->start_stack, stat->arg_start,
-                    stat->arg_end,          stat->comm,        cmdline,
-                    std::move(cgroup),      std::move(fds),    why ? *why : std::string()};
+      entry = Known{stat->start_time_ticks,
+                    stat->start_stack,
+                    stat->arg_start,
+                    stat->arg_end,
+                    stat->comm,
+                    cmdline,
+                    std::move(inputs),
+                    why ? *why : std::string()};
     }
     e.cmdline = std::move(cmdline);
     e.matched_by = entry.matched_by;
