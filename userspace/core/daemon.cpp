@@ -139,10 +139,12 @@ std::vector<int> job_roots(const std::vector<ProcessEntry>& processes) {
 std::vector<int> superseded_jobs(const std::map<int, std::set<int>>& tracked, const std::vector<int>& roots) {
   const std::set<int> now(roots.begin(), roots.end());
   std::vector<int> out;
-  for (const auto& [root, pids] : tracked)
+  for (const auto& [tracked_root, pids] : tracked) {
+    const int root = tracked_root;  // clang 14 cannot capture a structured binding
     if (!now.count(root) &&
         std::any_of(pids.begin(), pids.end(), [&](int pid) { return pid != root && now.count(pid); }))
       out.push_back(root);
+  }
   return out;
 }
 
