@@ -3,6 +3,7 @@
 // connection (retransmits, failed connects).
 #include <netinet/tcp.h>
 
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -108,14 +109,24 @@ std::string port_of(const std::string& endpoint) {
   return colon == std::string::npos ? "" : endpoint.substr(colon + 1);
 }
 
-// The ports a thread listens on while it waits: a server's loop (poll or
-// epoll over its listening socket and the connections it accepted).
-std::set<std::string> listening_ports(const RuleContext& ctx, const ThreadWait& w) {
-  std::set<std::string> ports;
-  for (const auto& id : w.objects)
-    if (const WaitObject& o = ctx.object(id); o.listening) ports.insert(port_of(o.local));
-  return ports;
-}
+// The ports each thread listens on while it waits: a server's loop (poll or
+// epoll over its listening socket and the connections it accepted). Read
+// once per thread: a server may poll thousands of connections.
+class ListeningPorts {
+ public:
+  explicit ListeningPorts(const RuleContext& ctx) : ctx_(ctx) {}
+  bool listens_on(const ThreadWait& w, const std::string& port) {
+    auto [it, added] = ports_.try_emplace(w.tid);
+    if (added)
+      for (const auto& id : w.objects)
+        if (const WaitObject& o = ctx_.object(id); o.listening) it->second.insert(port_of(o.local));
+    return it->second.count(port);
+  }
+
+ private:
+  const RuleContext& ctx_;
+  std::map<int, std::set<std::string>> ports_;
+};
 
 // Whether waiting on `o` is an idle wait rather than one for an answer:
 //  - a server's loop waits on a connection it accepted (its local port is
@@ -127,16 +138,16 @@ std::set<std::string> listening_ports(const RuleContext& ctx, const ThreadWait& 
 //    client's listener thread). Not for a server outside the job: one that
 //    hands requests to other threads (an asyncio download server) polls its
 //    connections while a request is stuck, and its clients do wait for it.
-bool idle_connection(const RuleContext& ctx, const ThreadWait& w, const WaitObject& o) {
+bool idle_connection(const RuleContext& ctx, ListeningPorts& listening, const ThreadWait& w,
+                     const WaitObject& o) {
   if (o.kind != ObjectKind::TcpSocket) return false;
-  if (listening_ports(ctx, w).count(port_of(o.local))) return true;
+  if (listening.listens_on(w, port_of(o.local))) return true;
   if (!o.peer_socket) return false;
   auto peer = ctx.graph.objects.find(fmt::format("socket:[{}]", o.peer_socket));
   if (peer == ctx.graph.objects.end()) return false;
   for (int waiter : peer->second.waiters)
-    if (auto t = ctx.graph.threads.find(waiter);
-        t != ctx.graph.threads.end() && ctx.in_tree(waiter) &&
-        listening_ports(ctx, t->second).count(port_of(peer->second.local)))
+    if (auto t = ctx.graph.threads.find(waiter); t != ctx.graph.threads.end() && ctx.in_tree(waiter) &&
+                                                 listening.listens_on(t->second, port_of(peer->second.local)))
       return true;
   return false;
 }
@@ -145,14 +156,15 @@ bool idle_connection(const RuleContext& ctx, const ThreadWait& w, const WaitObje
 
 std::vector<Finding> network_wait_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
+  ListeningPorts listening(ctx);
   for (const auto& [tid, w] : ctx.graph.threads) {
     if (w.activity != Activity::Blocked && w.activity != Activity::TimedWait) continue;
     if (!ctx.in_tree(tid) || is_dns_lookup(ctx, w)) continue;  // dns-wait's
+    if (w.blocked_s && *w.blocked_s < ctx.opt.stall_after_s) continue;
     for (const auto& id : w.objects) {
       const WaitObject& o = ctx.object(id);
       if (o.kind != ObjectKind::TcpSocket && o.kind != ObjectKind::UdpSocket) continue;
-      if (o.ready || !has_remote(o) || idle_connection(ctx, w, o)) continue;
-      if (w.blocked_s && *w.blocked_s < ctx.opt.stall_after_s) continue;
+      if (o.ready || !has_remote(o) || idle_connection(ctx, listening, w, o)) continue;
       out.push_back(network_wait(ctx, w, o));
     }
   }
