@@ -125,6 +125,12 @@ int gpu_call_enter(struct pt_regs* ctx) {
   __u64 cookie = bpf_get_attach_cookie(ctx);
   __u32 fn = HT_GPU_COOKIE_FN(cookie);
   __u64 now = bpf_ktime_get_ns();
+  /* Stacks grow down: a call nested in the one the thread is in enters
+   * below that one's entry. One entered at or above it comes after that
+   * call returned without its return being seen (a return probe attached
+   * while it ran): start over instead of nesting under it forever. */
+  __u64 sp = PT_REGS_SP(ctx);
+  if (t->call_depth && sp >= t->in_sp) t->call_depth = 0;
   bool outermost = t->call_depth == 0;
   t->call_depth++;
 
@@ -154,6 +160,7 @@ int gpu_call_enter(struct pt_regs* ctx) {
   if (!outermost) return 0;
 
   t->in_fn = fn;
+  t->in_sp = sp;
   t->in_since_ns = now;
   t->in_stream = stream_arg(ctx, cookie);
   t->in_handle = handle;

@@ -519,6 +519,9 @@ struct ht_gpu_thread {
   __s32 in_ustack_id; /* user stack at its entry (host waits and NCCL calls only); -1: none */
   __u32 pad;          /* explicit padding, always 0 */
   char comm[HT_COMM_LEN];
+  /* The outermost call's stack pointer at entry: a call entered from a frame
+   * no deeper than it is not nested in it (that call returned unseen). */
+  __u64 in_sp;
 };
 
 /* ht_gpu_activity.kind */

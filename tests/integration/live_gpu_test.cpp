@@ -5,6 +5,7 @@
 // cuCtxSynchronize blocks until the test says so (HT_STUB_CUDA_SYNC_FD=0:
 // one byte from the repro's stdin), so the "in cuCtxSynchronize since T"
 // state of a thread that has not returned is asserted as a hang shows it.
+#include <signal.h>
 #include <sys/syscall.h>
 
 #include <algorithm>
@@ -352,6 +353,51 @@ TEST(LiveGpu, QuickHostWaitsAreNotStreamedNcclCallsAlwaysAre) {
   size_t nccl = 0;
   for (const auto& call : calls) nccl += gpu_fn_is_nccl_transfer(call.fn);
   EXPECT_EQ(nccl, 5u) << describe(calls);
+}
+
+// A call whose return is never seen (the thread left it by siglongjmp; in
+// the field, a call already running when its return probe went in) must not
+// hold the thread "in" it: the calls the thread makes afterwards are its
+// own, not nested in the dead one.
+TEST(LiveGpu, ACallLeftWithoutItsReturnDoesNotSwallowTheNext) {
+  HANGTRACE_REQUIRE_BPF();
+  GpuRepro repro(true, {"--unseen-return", HT_STUB_CUDA_LIBRARY});
+  ASSERT_GT(repro.tid, 0);
+  ASSERT_NO_FATAL_FAILURE(repro.trace());
+  auto& t = *repro.tracer;
+  notice_maps(t, repro.pid);
+
+  Collected c;
+  repro.w->release();
+  ASSERT_EQ(repro.w->wait_for_line("syncing", 20s), "syncing");
+  auto first = wait_until_in(t, c, repro.tid, HT_GPU_CTX_SYNCHRONIZE);
+  ASSERT_TRUE(first) << describe(thread_of(gpu_state(t), repro.tid));
+  ASSERT_EQ(kill(repro.pid, SIGUSR1), 0);
+  ASSERT_EQ(repro.w->wait_for_line("resumed", 20s), "resumed");
+  ASSERT_EQ(repro.w->wait_for_line("syncing again", 20s), "syncing again");
+
+  std::optional<GpuThreadState> second;
+  ASSERT_TRUE(poll_until(t, c,
+                         [&] {
+                           auto o = gpu_state(t);
+                           const GpuThreadState* s = thread_of(o, repro.tid);
+                           if (s && s->in_fn == HT_GPU_CTX_SYNCHRONIZE && s->in_since_ns > first->in_since_ns)
+                             second = *s;
+                           return second.has_value();
+                         }))
+      << "still in the first call: " << describe(thread_of(gpu_state(t), repro.tid));
+  EXPECT_EQ(second->launches, first->launches + 1);
+  EXPECT_GE(second->in_since_ns, second->last_launch_ns);
+  EXPECT_EQ(second->syncs, first->syncs + 1);
+
+  // The second call returns, and the thread is in none.
+  repro.w->release();
+  ASSERT_EQ(repro.w->wait_for_line("done", 20s), "done");
+  ASSERT_TRUE(poll_until(t, c, [&] {
+    auto o = gpu_state(t);
+    const GpuThreadState* s = thread_of(o, repro.tid);
+    return s && s->in_fn == 0;
+  })) << describe(thread_of(gpu_state(t), repro.tid));
 }
 
 // The real libnccl.so.2 loads without a GPU: its symbols must resolve and

@@ -31,7 +31,7 @@ static_assert(offsetof(ht_gpu_call_event, fn) == 40);
 static_assert(offsetof(ht_gpu_call_event, start_ns) == 48);
 static_assert(offsetof(ht_gpu_call_event, seq) == 80);
 static_assert(offsetof(ht_gpu_call_event, ustack_id) == 96);
-static_assert(sizeof(ht_gpu_thread) == 152);
+static_assert(sizeof(ht_gpu_thread) == 160);
 static_assert(offsetof(ht_gpu_thread, launches) == 32);
 static_assert(offsetof(ht_gpu_thread, last_collective_fn) == 96);
 static_assert(offsetof(ht_gpu_thread, nccl_group_depth) == 104);
@@ -231,14 +231,16 @@ class GpuModule : public TracerModule {
     std::string first_error;
     for (const GpuFunction& f : kFunctions) {
       if (!names->count(f.name)) continue;
-      // Both or neither: an entry probe without its return would leave the
-      // thread "in" the call forever.
-      bpf_link* enter = attach_uprobe(skel_->progs.gpu_call_enter, file, f, false);
-      bpf_link* ret = enter ? attach_uprobe(skel_->progs.gpu_call_return, file, f, true) : nullptr;
-      if (!ret) {
+      // Both or neither, the return first: a call that enters between the
+      // two attachments then has its return seen and its entry not (ignored),
+      // never the other way round, which would leave the thread "in" the
+      // call (the job runs while the probes go in).
+      bpf_link* ret = attach_uprobe(skel_->progs.gpu_call_return, file, f, true);
+      bpf_link* enter = ret ? attach_uprobe(skel_->progs.gpu_call_enter, file, f, false) : nullptr;
+      if (!enter) {
         if (first_error.empty())
-          first_error = fmt::format("{}{}: {}", f.name, enter ? " (return)" : "", std::strerror(errno));
-        bpf_link__destroy(enter);
+          first_error = fmt::format("{}{}: {}", f.name, ret ? "" : " (return)", std::strerror(errno));
+        bpf_link__destroy(ret);
         ++failed;
         continue;
       }

@@ -3,6 +3,10 @@
 //
 //   repro_gpu_calls LIBCUDA LIBNCCL   the stub libraries (tests/integration/gpu_stubs)
 //   repro_gpu_calls --nccl LIBNCCL    a real libnccl.so.2: only calls that need no GPU
+//   repro_gpu_calls --unseen-return LIBCUDA
+//                                     a cuCtxSynchronize left by siglongjmp on SIGUSR1
+//                                     (its return never runs), then a launch and a
+//                                     second cuCtxSynchronize ("resumed" between)
 //
 // Prints "LOADED pid=N tid=N" once the libraries are mapped, waits for a "go"
 // line on stdin, makes its calls, then (stubs) prints "syncing" and calls
@@ -10,6 +14,8 @@
 // it a byte -- and prints "done" (with HT_STARVE_ON_FD: "starving", then it
 // reads that fd instead of synchronizing).
 #include <dlfcn.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -117,10 +123,39 @@ int real_nccl(const char* libnccl) {
   return 0;
 }
 
+sigjmp_buf out_of_the_call;
+
+// A call the thread leaves without returning from it: a uretprobe then
+// never fires for it, as for a call that began before its return probe was
+// attached. The calls after it are the thread's own, not nested in it.
+int unseen_return(const char* libcuda) {
+  void* cuda = open_library(libcuda);
+  auto launch = symbol<CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    unsigned, CUstream, void**, void**)>(cuda, "cuLaunchKernel");
+  auto ctx_synchronize = symbol<CUresult (*)()>(cuda, "cuCtxSynchronize");
+  struct sigaction leave {};
+  leave.sa_handler = [](int) { siglongjmp(out_of_the_call, 1); };
+  sigaction(SIGUSR1, &leave, nullptr);
+  announce();
+  wait_for_go();
+  if (sigsetjmp(out_of_the_call, 1) == 0) {
+    say("syncing");
+    ctx_synchronize();
+  }
+  say("resumed");
+  launch(reinterpret_cast<void*>(0x3000), 1, 1, 1, 1, 1, 1, 0, reinterpret_cast<CUstream>(kStream), nullptr,
+         nullptr);
+  say("syncing again");
+  ctx_synchronize();
+  say("done");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--nccl") == 0) return real_nccl(argv[2]);
+  if (argc == 3 && std::strcmp(argv[1], "--unseen-return") == 0) return unseen_return(argv[2]);
   if (argc != 3) {
     std::fprintf(stderr, "usage: %s LIBCUDA LIBNCCL | --nccl LIBNCCL\n", argv[0]);
     return 2;
