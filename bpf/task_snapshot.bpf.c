@@ -2,7 +2,9 @@
 /*
  * One pass over the threads of the traced processes: scheduler state, time off
  * CPU, kernel stack and saved user registers, one struct ht_task_record per
- * thread, written to the iterator's seq_file (read() by task_iter.cpp).
+ * thread, written to the iterator's seq_file (read() by task_iter.cpp). Also
+ * the daemon's two passes: the brief one over the traced threads, and the
+ * identity one over every process of the host.
  */
 #include "vmlinux.h"
 
@@ -211,6 +213,36 @@ int ht_task_brief(struct bpf_iter__task* ctx) {
     }
   }
   bpf_seq_write(seq, rec, sizeof(*rec));
+  return 0;
+}
+
+/*
+ * The identity pass (the daemon's scan for jobs, every --scan-every): every
+ * process of the host, not only the traced ones -- what /proc/PID/stat says
+ * of who it is (parent, start time, comm, where its stack and argv are), one
+ * 64-byte record each instead of a stat read each.
+ */
+SEC("iter/task")
+int ht_process_identity(struct bpf_iter__task* ctx) {
+  struct seq_file* seq = ctx->meta->seq;
+  struct task_struct* t = ctx->task;
+  if (!t) return 0;
+  __u32 tgid = BPF_CORE_READ(t, tgid);
+  if (BPF_CORE_READ(t, pid) != tgid) return 0; /* one record per process: its leader's */
+  __u32 flags = BPF_CORE_READ(t, flags);
+  struct mm_struct* mm = BPF_CORE_READ(t, mm);
+  if ((flags & HT_PF_KTHREAD) || !mm) return 0; /* a kernel thread, a zombie, an exiting leader */
+  struct ht_process_identity rec = {};
+  rec.abi_version = HT_ABI_VERSION;
+  rec.pid = tgid;
+  rec.ppid = BPF_CORE_READ(t, real_parent, tgid);
+  rec.task_flags = flags;
+  rec.start_boottime_ns = BPF_CORE_READ(t, start_boottime);
+  rec.start_stack = BPF_CORE_READ(mm, start_stack);
+  rec.arg_start = BPF_CORE_READ(mm, arg_start);
+  rec.arg_end = BPF_CORE_READ(mm, arg_end);
+  BPF_CORE_READ_INTO(&rec.comm, t, comm);
+  bpf_seq_write(seq, &rec, sizeof(rec));
   return 0;
 }
 

@@ -107,6 +107,25 @@ struct ht_task_brief {
   __u64 syscall_args[6]; /* di, si, dx, r10, r8, r9 */
 };
 
+/*
+ * One record per process of the host (thread-group leader with an address
+ * space: no kernel thread, no zombie) from the identity pass of the task
+ * iterator (ht_process_identity in bpf/task_snapshot.bpf.c): what the
+ * daemon's scan for jobs would otherwise read from every /proc/PID/stat, the
+ * same fields from the same task_struct, in one read() for the whole host.
+ */
+struct ht_process_identity {
+  __u32 abi_version;       /* HT_ABI_VERSION */
+  __u32 pid;               /* task->tgid (global namespace) */
+  __u32 ppid;              /* task->real_parent->tgid: stat field 4 */
+  __u32 task_flags;        /* task->flags (PF_*): stat field 9 */
+  __u64 start_boottime_ns; /* task->start_boottime: stat field 22 is this in clock ticks */
+  __u64 start_stack;       /* mm->start_stack: stat field 28 */
+  __u64 arg_start;         /* mm->arg_start: stat field 48 */
+  __u64 arg_end;           /* mm->arg_end: stat field 49 */
+  char comm[HT_COMM_LEN];  /* task->comm: stat field 2 */
+};
+
 /* ===== Live tracing: records streamed through the BPF ring buffer ===========
  * Every record starts with struct ht_event_header; `size` is the whole
  * record's size so readers can skip types they do not know. Times are

@@ -88,6 +88,11 @@ std::vector<int> superseded_jobs(const std::map<int, std::set<int>>& tracked, co
 
 // `root`'s descendants in `processes` (children, grandchildren, ...).
 std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& processes);
+// The same from the parent -> children index of `processes` (children_of),
+// built once for every job of a scan.
+using ChildIndex = std::multimap<int, int>;
+ChildIndex children_of(const std::vector<ProcessEntry>& processes);
+std::vector<int> descendants_of(int root, const ChildIndex& children);
 
 // ---- incidents -------------------------------------------------------------------
 

@@ -13,11 +13,18 @@
 // (one pread a scan instead of open, read, close and a path walk: the
 // descriptor stays bound to that process, so a reused pid reads as gone and
 // is opened anew), up to half the open-file limit.
+// With an identity source (the daemon's: one BPF task-iterator pass over
+// the host), each scan takes every process's stat fields from it instead:
+// /proc is listed, and read only for command lines and for the pids the
+// pass left out (a kernel thread once, zombies); a scan whose source fails
+// reads every stat file.
 // The entries are the ones scan_processes returns, in the same order.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +44,14 @@ class ProcessScanner {
 
   Result<std::vector<ProcessEntry>> scan();
 
+  // Every process's stat fields (pid, ppid, flags, comm, start time,
+  // start_stack, arg_start, arg_end), in pid order, without kernel threads
+  // or zombies: what a scan would read from each /proc/PID/stat.
+  using IdentitySource = std::function<Result<std::vector<procfs::ProcStat>>()>;
+  void set_identity_source(IdentitySource source);
+  // The last scan's source failure ("" after a scan that used it).
+  const std::string& identity_error() const { return identity_error_; }
+
   // Command lines read and matches made, over all scans (what was saved).
   uint64_t cmdlines_read() const { return cmdlines_read_; }
   uint64_t matches_made() const { return matches_made_; }
@@ -51,6 +66,10 @@ class ProcessScanner {
   };
   Result<procfs::ProcStat> read_stat(int pid);
   void close_stat(int pid);
+  void close_stats();
+  // The entry of a live process whose stat fields are `stat`; false: none
+  // (gone, a zombie, or exiting).
+  bool entry_for(const procfs::ProcFs& proc, const procfs::ProcStat& stat, ProcessEntry& e);
 
   std::string proc_root_;
   const JobMatcher& matcher_;
@@ -60,6 +79,9 @@ class ProcessScanner {
   std::map<int, int> stat_fds_;  // pid -> its stat, open
   size_t max_stat_fds_ = 0;
   uint64_t cmdlines_read_ = 0, matches_made_ = 0;
+  IdentitySource identities_;
+  std::string identity_error_;
+  std::set<int> not_processes_;  // listed pids the stat file says are kernel threads
 };
 
 }  // namespace hangtrace::daemon

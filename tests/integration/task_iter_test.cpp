@@ -3,18 +3,25 @@
 #include "task_iter.h"
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <linux/futex.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/daemon.h"
 #include "hangtrace/kallsyms.h"
+#include "hangtrace/process_scanner.h"
+#include "hangtrace/procfs.h"
 #include "hangtrace/syscall_nr.h"
 #include "support.h"
 
@@ -185,6 +192,118 @@ TEST(TaskIter, KeptLoadedIteratorIsReusedThenReleased) {
   EXPECT_TRUE(other->empty()) << "the last pass's tgids leaked into this one";
   keep_task_iterator_loaded(false);
   EXPECT_EQ(bpf_fd_count(), before);
+}
+
+// The daemon's scan takes every process's stat fields from one identity
+// pass: they must be what /proc/PID/stat says, for every process, and leave
+// out kernel threads and zombies as the scan did.
+TEST(TaskIter, IdentityPassIsWhatProcStatSaysOfEveryProcess) {
+  HANGTRACE_REQUIRE_BPF();
+  const pid_t zombie = fork();
+  ASSERT_GE(zombie, 0);
+  if (zombie == 0) _exit(0);
+  const procfs::ProcFs proc;
+  bool dead = false;
+  for (int i = 0; i < 2000 && !dead; ++i) {
+    auto st = proc.stat(zombie);
+    dead = st && st->state == 'Z';
+    if (!dead) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(dead) << "the child did not become a zombie";
+
+  timespec boot{};
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  const uint64_t pass_ticks =
+      static_cast<uint64_t>(boot.tv_sec) * static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
+  auto identities = sample_process_identities();
+  ASSERT_TRUE(identities.ok()) << identities.error();
+  ASSERT_GT(identities->size(), 1u);
+  EXPECT_TRUE(std::is_sorted(identities->begin(), identities->end(),
+                             [](const auto& a, const auto& b) { return a.pid < b.pid; }));
+  std::set<int> listed;
+  size_t compared = 0, differ = 0;
+  std::ostringstream diffs;
+  for (const auto& id : *identities) {
+    listed.insert(id.pid);
+    auto st = proc.stat(id.pid);
+    if (!st || st->start_time_ticks != id.start_time_ticks) {
+      // Gone since, or a reused pid; a mismatch for our own is a failure.
+      EXPECT_NE(id.pid, getpid()) << (st ? "start time differs" : st.error());
+      continue;
+    }
+    ++compared;
+    EXPECT_FALSE(st->is_kernel_thread()) << id.pid << " " << id.comm;
+    if (st->ppid != id.ppid || st->comm != id.comm || st->start_stack != id.start_stack ||
+        st->arg_start != id.arg_start || st->arg_end != id.arg_end) {
+      ++differ;  // an exec or a rename in between is possible, not for most
+      diffs << "  " << id.pid << " " << id.comm << " ppid " << id.ppid << " vs " << st->ppid << "\n";
+    }
+    if (id.pid == getpid()) {
+      EXPECT_EQ(id.ppid, getppid());
+      EXPECT_EQ(id.comm, st->comm);
+      EXPECT_EQ(id.start_stack, st->start_stack);
+      EXPECT_EQ(id.arg_start, st->arg_start);
+      EXPECT_EQ(id.arg_end, st->arg_end);
+      EXPECT_NE(id.arg_start, 0u);
+    }
+  }
+  EXPECT_TRUE(listed.count(getpid()));
+  EXPECT_FALSE(listed.count(zombie)) << "a zombie has no command line: the scan leaves it out";
+  EXPECT_FALSE(listed.count(2)) << "kthreadd";
+  EXPECT_GT(compared, 1u);
+  EXPECT_LE(differ * 20, compared) << diffs.str();
+  // And every process /proc lists that is no kernel thread or zombie, alive
+  // through the pass, is in it.
+  auto pids = proc.pids();
+  ASSERT_TRUE(pids.ok());
+  for (int pid : *pids) {
+    auto st = proc.stat(pid);
+    if (!st || st->is_kernel_thread() || st->state == 'Z' || st->state == 'X') continue;
+    if (st->start_time_ticks >= pass_ticks) continue;  // started during or after the pass
+    // Some kernels' iterator never visits pid 1 (this one's: its init,
+    // process_api): the scanner reads what the pass left out from /proc.
+    if (pid == 1) continue;
+    EXPECT_TRUE(listed.count(pid)) << pid << " (" << st->comm << ") is missing";
+  }
+  waitpid(zombie, nullptr, 0);
+
+  // The daemon's scanner over the pass lists what a scan of /proc does.
+  auto matcher = daemon::JobMatcher::make({{"."}, {}, false});
+  ASSERT_TRUE(matcher) << matcher.error();
+  daemon::ProcessScanner scanner("/proc", *matcher);
+  scanner.set_identity_source(sample_process_identities);
+  auto scanned = scanner.scan();
+  auto plain = daemon::scan_processes("/proc", *matcher);
+  ASSERT_TRUE(scanned) << scanned.error();
+  ASSERT_TRUE(plain) << plain.error();
+  EXPECT_TRUE(scanner.identity_error().empty()) << scanner.identity_error();
+  std::map<int, uint64_t> by_scanner, by_proc;
+  for (const auto& e : *scanned) by_scanner[e.pid] = e.start_ticks;
+  for (const auto& e : *plain) by_proc[e.pid] = e.start_ticks;
+  EXPECT_TRUE(by_scanner.count(1)) << "pid 1, from its stat file if the pass missed it";
+  EXPECT_EQ(by_scanner.at(getpid()), by_proc.at(getpid()));
+  size_t scans_differ = 0;
+  for (const auto& [pid, start] : by_proc) scans_differ += !by_scanner.count(pid) || by_scanner[pid] != start;
+  EXPECT_LE(scans_differ * 20, by_proc.size()) << scans_differ << " of " << by_proc.size() << " differ";
+}
+
+// The identity pass reads no tgid map: a kept object's map, as the brief
+// pass left it, stays (no bpf() churn, and the next brief pass sees the same).
+TEST(TaskIter, IdentityPassLeavesTheKeptTgidMapAlone) {
+  HANGTRACE_REQUIRE_BPF();
+  keep_task_iterator_loaded(true);
+  auto first = sample_task_briefs({static_cast<int>(getpid())});
+  ASSERT_TRUE(first.ok()) << first.error();
+  ASSERT_FALSE(first->empty());
+  int kept = bpf_fd_count();
+  auto ids = sample_process_identities();
+  ASSERT_TRUE(ids.ok()) << ids.error();
+  EXPECT_EQ(bpf_fd_count(), kept);
+  auto again = sample_task_briefs({static_cast<int>(getpid())});
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->size(), first->size());
+  for (const auto& b : *again) EXPECT_EQ(b.tgid, static_cast<int>(getpid()));
+  keep_task_iterator_loaded(false);
 }
 
 TEST(TaskIter, UnavailableReasonIsEmptyWithRootAndBtf) {

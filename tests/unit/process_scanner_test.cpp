@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -83,6 +84,75 @@ TEST(ProcessScanner, TheEntriesOfScanProcessesWithoutReadingCommandLinesAgain) {
   // Pids 1, 10, 11, 14, 30 at scan 2 of 15: none is due for its refresh (scan + pid).
   EXPECT_EQ(scanner.cmdlines_read(), 5u) << "nothing changed: no command line read again";
   EXPECT_EQ(scanner.matches_made(), 5u) << "nor matched again";
+}
+
+// The daemon's identity source (one task-iterator pass) stands for every
+// /proc/PID/stat: the same entries, /proc read for command lines and for
+// what the pass left out (a kernel thread, once; a zombie; a process it did
+// not visit); when the source fails, the scan reads the stat files.
+TEST(ProcessScanner, AnIdentitySourceStandsForTheStatFilesAndAFailedOneFallsBack) {
+  FakeProc proc;
+  proc.add(1, 0, "init", {"/sbin/init"});
+  proc.add(2, 0, "kthreadd", {}, "", {}, 0x00208040);
+  proc.add(10, 1, "torchrun", {"/usr/bin/python3", "/usr/bin/torchrun", "train.py"});
+  proc.add(11, 10, "python3", {"/usr/bin/python3", "-u", "train.py"});
+  proc.add(30, 1, "bash", {"bash"});
+  write_stat(proc, 11, 10, "python3", 1000, 0x7ffd0000, 0x7ffd1000, 0x7ffd1020);
+  const JobMatcher m = matcher({{R"(train\.py)"}, {}, false});
+  auto plain = scan_processes(proc.root, m);
+  ASSERT_TRUE(plain) << plain.error();
+
+  // The pass's view: the stat files' fields as they are now, parsed; it
+  // did not visit pid 1, and leaves kernel threads out.
+  std::vector<procfs::ProcStat> view;
+  const procfs::ProcFs fs(proc.root.string());
+  for (int pid : {10, 11, 30}) {
+    auto st = fs.stat(pid);
+    ASSERT_TRUE(st) << st.error();
+    view.push_back(*st);
+  }
+  bool fail = false;
+  int passes = 0;
+  auto identities = [&]() -> Result<std::vector<procfs::ProcStat>> {
+    ++passes;
+    if (fail) return make_error("failed to read BPF task iterator: test");
+    return view;
+  };
+  ProcessScanner scanner(proc.root.string(), m);
+  scanner.set_identity_source(identities);
+  // The stat file of 30 now says something else: a scan that read it would differ.
+  write_stat(proc, 30, 1, "zsh", 5000, 0x7ffa0000, 0x7ffa1000, 0x7ffa1008);
+  auto first = scanner.scan();
+  ASSERT_TRUE(first) << first.error();
+  EXPECT_EQ(passes, 1);
+  EXPECT_EQ(rows(*first), rows(*plain));
+  EXPECT_TRUE(scanner.identity_error().empty());
+  EXPECT_EQ(scanner.stat_fds_open(), 1u) << "pid 1's only";
+
+  // A zombie /proc lists and the pass does not: read, and left out.
+  proc.add(12, 10, "python3", {});
+  write_stat(proc, 12, 10, "python3", 1000, 0, 0, 0);
+  // A process that starts between the pass and the listing: as the pass saw it.
+  procfs::ProcStat late = view.back();
+  late.pid = 40;
+  view.push_back(late);
+  proc.add(40, 1, "bash", {"bash"});
+  auto second = scanner.scan();
+  ASSERT_TRUE(second) << second.error();
+  std::map<int, std::string> comm;
+  for (const auto& e : *second) comm[e.pid] = e.comm;
+  EXPECT_EQ(comm, (std::map<int, std::string>{
+                      {1, "init"}, {10, "torchrun"}, {11, "python3"}, {30, "bash"}, {40, "bash"}}));
+
+  fail = true;
+  auto fallback = scanner.scan();
+  ASSERT_TRUE(fallback) << fallback.error();
+  EXPECT_EQ(scanner.identity_error(), "failed to read BPF task iterator: test");
+  comm.clear();
+  for (const auto& e : *fallback) comm[e.pid] = e.comm;
+  EXPECT_EQ(comm, (std::map<int, std::string>{
+                      {1, "init"}, {10, "torchrun"}, {11, "python3"}, {30, "zsh"}, {40, "bash"}}))
+      << "every stat file read";
 }
 
 TEST(ProcessScanner, AnExecAReusedPidAndANewProcessAreReadAtTheNextScan) {

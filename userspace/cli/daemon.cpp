@@ -128,6 +128,14 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
         std::make_unique<WaitSampler>(static_cast<uint64_t>(options.sample_every_s * 1e9), sampled_fd_info);
   // The snapshot of each bundle reuses one verified task iterator.
   keep_task_iterator_loaded(true);
+  // So does the scan for jobs: every process's stat fields in one pass.
+  if (d->proc_.root() == "/proc") {
+    if (std::string why = identity_pass_mismatch(d->proc_); why.empty())
+      d->scanner_->set_identity_source(sample_process_identities);
+    else
+      d->log(1,
+             fmt::format("the scan for jobs reads every /proc/PID/stat: the task iterator's pass {}", why));
+  }
   return d;
 }
 

@@ -29,8 +29,14 @@
 #include "live_sched.h"
 #include "live_tracer.h"
 #include "nvml_sampler.h"
+#include "python_stacks.h"
 
 namespace hangtrace::cli {
+
+// Why the task iterator's identity pass cannot stand for /proc/PID/stat in
+// the scan for jobs ("" when it can): the daemon in another pid or time
+// namespace than the initial ones, or BPF failing.
+std::string identity_pass_mismatch(const procfs::ProcFs& proc);
 
 struct DaemonOptions {
   daemon::JobSelectors selectors;
@@ -105,6 +111,10 @@ class Daemon {
     std::map<int, ProcessMeta> meta;                      // its live processes
     std::deque<ProcessMeta> dead_meta;                    // the last ones that exited
     uint64_t main_woken_sampled = 0;  // WaitSampler: the main thread woken from untimed waits
+    // The watchdog's reader of the main thread's Python frames, kept between
+    // checks: the interpreter is found (maps, ELF symbols) once, not on every
+    // check of every job. Null while the root runs no CPython (retried).
+    std::unique_ptr<PythonThreadStacks> python;
   };
   // When the exact hooks were attached: a sampled wait inside such a period
   // was seen by the kernel too.
@@ -133,7 +143,9 @@ class Daemon {
   void end_job(int root, const std::string& why);
   void check_jobs(uint64_t now);
   void write_due_incidents(Job& job, uint64_t now);
-  void check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups);
+  void check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups,
+                      const LiveObservation& gpu);
+  std::string main_python_frames(Job& job, uint64_t now);
   // `window`: the observation of an on-demand profile, instead of the
   // flight recorder's replay.
   void write_bundle_for(Job& job, const std::string& trigger, uint64_t incident_ns, const std::string& note,

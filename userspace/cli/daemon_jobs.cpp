@@ -100,9 +100,25 @@ void Daemon::report_gpu_hook_errors() {
   }
 }
 
+std::string identity_pass_mismatch(const procfs::ProcFs& proc) {
+  // It sees the initial pid and time namespaces; /proc shows the daemon's.
+  auto identities = sample_process_identities();
+  if (!identities) return fmt::format("failed: {}", identities.error());
+  auto self = proc.stat(getpid());
+  if (!self) return fmt::format("cannot be checked: {}", self.error());
+  for (const auto& st : *identities)
+    if (st.pid == getpid())
+      return st.start_time_ticks == self->start_time_ticks && st.ppid == self->ppid && st.comm == self->comm
+                 ? ""
+                 : "sees this process with another start time or parent (another time or pid namespace)";
+  return "does not see this process under its pid here (another pid namespace)";
+}
+
 void Daemon::scan() {
   uint64_t started = now_ns();
   auto processes = scanner_->scan();
+  if (!scanner_->identity_error().empty())
+    log(1, fmt::format("the scan read /proc instead: {}", scanner_->identity_error()));
   if (!processes) {
     log(0, processes.error());
     return;
@@ -141,11 +157,12 @@ void Daemon::scan() {
     auto s = start_of.find(e.first);
     return s == start_of.end() || s->second != e.second;
   });
+  const daemon::ChildIndex children = daemon::children_of(*processes);
   for (auto& [root, job] : jobs_) {
     for (int pid : std::vector<int>(job.pids.begin(), job.pids.end()))
       if (!start_of.count(pid)) drop_process(pid);
     // Workers forked while a fork record was lost.
-    for (int pid : daemon::descendants_of(root, *processes))
+    for (int pid : daemon::descendants_of(root, children))
       if (!job.pids.count(pid)) add_process(job, pid, false);
   }
   report_gpu_hook_errors();

@@ -19,7 +19,23 @@
 
 namespace hangtrace::cli {
 
-void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups) {
+std::string Daemon::main_python_frames(Job& job, uint64_t now) {
+  if (!job.python) {
+    auto opened = PythonThreadStacks::open(proc_, job.root);
+    if (!opened) return "";
+    job.python = std::move(*opened);
+  }
+  auto frames = job.python->stack(job.root, now);
+  if (!frames) {
+    // An exec'd image, or an interpreter finalized: found again next check.
+    job.python.reset();
+    return "";
+  }
+  return daemon::python_frames_fingerprint(*frames);
+}
+
+void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCount>* wakeups,
+                            const LiveObservation& gpu) {
   daemon::ProgressSample sample;
   sample.now_ns = now;
   if (wakeups) {
@@ -40,17 +56,9 @@ void Daemon::check_progress(Job& job, uint64_t now, const std::vector<WakeupCoun
   }
   sample.wakeups_from_job = job.wakeups_from_job;
   sample.main_woken_sampled = job.main_woken_sampled;
-  LiveObservation gpu;
-  tracer_->contribute(gpu);
   for (const auto& t : gpu.gpu.threads)
     if (job.pids.count(t.pid)) sample.gpu_launches += t.launches;
-  ProcessInfo p;
-  p.pid = job.root;
-  ThreadInfo main;
-  main.tid = job.root;
-  p.threads.push_back(main);
-  collect_python_stacks(p, proc_, job.root);
-  sample.python_frames = daemon::python_frames_fingerprint(p.threads.front().python_stack);
+  sample.python_frames = main_python_frames(job, now);
 
   std::string moved = job.watch->update(sample);
   if (!moved.empty()) {
@@ -104,6 +112,7 @@ uint64_t Daemon::check_every_ns() const {
 
 void Daemon::check_jobs(uint64_t now) {
   std::optional<std::vector<WakeupCount>> wakeups;
+  std::optional<LiveObservation> gpu;  // the GPU threads' counts: read once for every job checked
   const uint64_t every = check_every_ns();
   bool checked = false;
   for (auto& [root, job] : jobs_) {
@@ -119,7 +128,8 @@ void Daemon::check_jobs(uint64_t now) {
       else
         log(0, w.error());
     }
-    check_progress(job, now, wakeups ? &*wakeups : nullptr);
+    if (!gpu) tracer_->contribute(gpu.emplace());
+    check_progress(job, now, wakeups ? &*wakeups : nullptr, *gpu);
   }
   if (checked || (jobs_.empty() && tracer_->hot_hooks_attached())) set_exact_hooks(now);
 }

@@ -99,9 +99,10 @@ void MappedModules::watch(int tgid) {
   if (tgid <= 0 || rescan_ == ModuleRescan::Manual) return;
   auto [it, added] = watched_.try_emplace(tgid);
   if (!added) return;
-  if (rescan_ == ModuleRescan::UntilCuda)
+  if (rescan_ == ModuleRescan::UntilCuda) {
     read_scheduled(tgid, it->second, clock_());
-  else
+    next_due_ns_ = std::min(next_due_ns_, it->second.due_ns);
+  } else
     read(tgid);
 }
 
@@ -126,8 +127,15 @@ void MappedModules::refresh_due() {
     if (now - last_pass_ns_ >= pass_gap_ns_) refresh_all();
     return;
   }
-  for (auto& [tgid, w] : watched_)
-    if (!w.maps_cuda && now >= w.due_ns) read_scheduled(tgid, w, now);
+  // Called after every poll of the ring buffer: with 1,000 processes
+  // watched, walking them all each time cost more than the reads it found due.
+  if (now < next_due_ns_) return;
+  next_due_ns_ = UINT64_MAX;
+  for (auto& [tgid, w] : watched_) {
+    if (w.maps_cuda) continue;
+    if (now >= w.due_ns) read_scheduled(tgid, w, now);
+    next_due_ns_ = std::min(next_due_ns_, w.due_ns);
+  }
 }
 
 void MappedModules::refresh_all() {

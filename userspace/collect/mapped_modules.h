@@ -121,6 +121,7 @@ class MappedModules {
   std::map<int, int> tgid_of_;                     // Window: tid -> tgid
   uint64_t last_pass_ns_ = 0;                      // Window: the last pass over every process
   uint64_t pass_gap_ns_ = 500'000'000;
+  uint64_t next_due_ns_ = 0;  // UntilCuda: no read is due before (0: unknown)
   uint64_t maps_reads_ = 0, maps_reads_skipped_ = 0;
 };
 

@@ -55,6 +55,9 @@ static_assert(offsetof(ht_task_record, user_nregs) == 434);
 static_assert(offsetof(ht_task_record, user_regs_pad) == 436);
 static_assert(offsetof(ht_task_record, user_regs) == 440);
 static_assert(sizeof(ht_task_brief) == 104);
+static_assert(sizeof(ht_process_identity) == 64);
+static_assert(offsetof(ht_process_identity, start_boottime_ns) == 16);
+static_assert(offsetof(ht_process_identity, comm) == 48);
 static_assert(offsetof(ht_task_brief, off_cpu_ns) == 24);
 static_assert(offsetof(ht_task_brief, syscall_nr) == 48);
 static_assert(offsetof(ht_task_brief, syscall_args) == 56);
@@ -192,8 +195,9 @@ void keep_task_iterator_loaded(bool keep) {
 namespace {
 
 // One pass of the program `which` picks from the (kept or fresh) object over
-// `tgids`: the bytes it wrote, a whole number of `record_size` records.
-Result<std::string> run_task_iterator(const std::vector<int>& tgids,
+// `tgids` (null: a program that reads no tgid map, which is left as it is):
+// the bytes it wrote, a whole number of `record_size` records.
+Result<std::string> run_task_iterator(const std::vector<int>* tgids,
                                       bpf_program* (*which)(task_snapshot_bpf*), size_t record_size) {
   libbpf_set_print(libbpf_print);
   std::lock_guard lock(g_kept_mu);
@@ -201,13 +205,15 @@ Result<std::string> run_task_iterator(const std::vector<int>& tgids,
   IterSession s;
   task_snapshot_bpf* skel = nullptr;
   std::set<uint32_t> wanted;
-  for (int tgid : tgids)
-    if (tgid > 0) wanted.insert(static_cast<uint32_t>(tgid));
-  if (g_kept && tgids.size() <= g_kept_entries) {
+  const size_t count = tgids ? tgids->size() : 0;
+  if (tgids)
+    for (int tgid : *tgids)
+      if (tgid > 0) wanted.insert(static_cast<uint32_t>(tgid));
+  if (g_kept && count <= g_kept_entries) {
     // Reused: the tgid set of the last pass becomes this one's.
     skel = g_kept;
     int fd = bpf_map__fd(skel->maps.target_tgids);
-    for (auto it = g_kept_tgids.begin(); it != g_kept_tgids.end();) {
+    for (auto it = g_kept_tgids.begin(); tgids && it != g_kept_tgids.end();) {
       if (wanted.count(*it)) {
         ++it;
         continue;
@@ -223,7 +229,7 @@ Result<std::string> run_task_iterator(const std::vector<int>& tgids,
   } else {
     s.skel = task_snapshot_bpf__open();
     if (!s.skel) return load_error("open", errno);
-    uint32_t entries = static_cast<uint32_t>(std::max<size_t>(tgids.size(), 1));
+    uint32_t entries = static_cast<uint32_t>(std::max<size_t>(count, 1));
     if (g_keep_loaded) entries = std::max(entries, kKeptTgids);
     if (int err = bpf_map__set_max_entries(s.skel->maps.target_tgids, entries)) {
       return load_error("sizing the tgid map", err);
@@ -302,14 +308,14 @@ Result<std::vector<Out>> decode_records(const std::string& bytes, Convert conver
 
 Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>& tgids) {
   auto read = run_task_iterator(
-      tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_snapshot; }, sizeof(ht_task_record));
+      &tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_snapshot; }, sizeof(ht_task_record));
   if (!read) return make_error(read.error());
   return decode_records<ht_task_record, KernelTaskSample>(*read, to_sample);
 }
 
 Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids) {
   auto read = run_task_iterator(
-      tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_brief; }, sizeof(ht_task_brief));
+      &tgids, [](task_snapshot_bpf* skel) { return skel->progs.ht_task_brief; }, sizeof(ht_task_brief));
   if (!read) return make_error(read.error());
   return decode_records<ht_task_brief, TaskBrief>(*read, [](const ht_task_brief& rec) {
     TaskBrief b;
@@ -325,6 +331,32 @@ Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids)
     }
     return b;
   });
+}
+
+Result<std::vector<procfs::ProcStat>> sample_process_identities() {
+  auto read = run_task_iterator(
+      nullptr, [](task_snapshot_bpf* skel) { return skel->progs.ht_process_identity; },
+      sizeof(ht_process_identity));
+  if (!read) return make_error(read.error());
+  // /proc/PID/stat prints start_boottime in clock ticks (nsec_to_clock_t).
+  static const uint64_t ns_per_tick = [] {
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? 1'000'000'000ull / static_cast<uint64_t>(hz) : 10'000'000ull;
+  }();
+  auto out = decode_records<ht_process_identity, procfs::ProcStat>(*read, [](const ht_process_identity& rec) {
+    procfs::ProcStat st;
+    st.pid = static_cast<int>(rec.pid);
+    st.ppid = static_cast<int>(rec.ppid);
+    st.flags = rec.task_flags;
+    st.comm.assign(rec.comm, strnlen(rec.comm, sizeof rec.comm));
+    st.start_time_ticks = rec.start_boottime_ns / ns_per_tick;
+    st.start_stack = rec.start_stack;
+    st.arg_start = rec.arg_start;
+    st.arg_end = rec.arg_end;
+    return st;
+  });
+  if (out) std::sort(out->begin(), out->end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
+  return out;
 }
 
 }  // namespace hangtrace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hangtrace/model.h"
+#include "hangtrace/procfs.h"
 #include "hangtrace/wait_sampler.h"
 #include "hangtrace/result.h"
 
@@ -36,6 +37,13 @@ Result<std::vector<KernelTaskSample>> sample_kernel_tasks(const std::vector<int>
 // Same kept object and errors as sample_kernel_tasks. Kernel threads and
 // exiting tasks are left out.
 Result<std::vector<TaskBrief>> sample_task_briefs(const std::vector<int>& tgids);
+// The identity pass (bpf ht_process_identity): every process of the host with
+// an address space (no kernel thread, no zombie), as /proc/PID/stat would
+// give pid, ppid, flags, comm, start time (in clock ticks), start_stack,
+// arg_start and arg_end, in pid order; pids of the initial pid namespace.
+// Same kept object and errors as sample_kernel_tasks; the tgid map is left
+// as the last brief pass set it.
+Result<std::vector<procfs::ProcStat>> sample_process_identities();
 // false (the default) also unloads a kept program now.
 void keep_task_iterator_loaded(bool keep);
 

@@ -148,9 +148,17 @@ std::vector<int> superseded_jobs(const std::map<int, std::set<int>>& tracked, co
   return out;
 }
 
-std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& processes) {
-  std::multimap<int, int> children;
+ChildIndex children_of(const std::vector<ProcessEntry>& processes) {
+  ChildIndex children;
   for (const auto& p : processes) children.insert({p.ppid, p.pid});
+  return children;
+}
+
+std::vector<int> descendants_of(int root, const std::vector<ProcessEntry>& processes) {
+  return descendants_of(root, children_of(processes));
+}
+
+std::vector<int> descendants_of(int root, const ChildIndex& children) {
   std::vector<int> out, todo = {root};
   std::set<int> seen = {root};
   while (!todo.empty()) {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "hangtrace/procfs.h"
@@ -23,9 +24,7 @@ ProcessScanner::ProcessScanner(std::string proc_root, const JobMatcher& matcher,
     max_stat_fds_ = 16384;
 }
 
-ProcessScanner::~ProcessScanner() {
-  for (const auto& [pid, fd] : stat_fds_) close(fd);
-}
+ProcessScanner::~ProcessScanner() { close_stats(); }
 
 void ProcessScanner::close_stat(int pid) {
   if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
@@ -59,63 +58,107 @@ Result<procfs::ProcStat> ProcessScanner::read_stat(int pid) {
   return st;
 }
 
+void ProcessScanner::close_stats() {
+  for (const auto& [pid, fd] : stat_fds_) close(fd);
+  stat_fds_.clear();
+}
+
+void ProcessScanner::set_identity_source(IdentitySource source) {
+  identities_ = std::move(source);
+  if (identities_) close_stats();
+}
+
+bool ProcessScanner::entry_for(const procfs::ProcFs& proc, const procfs::ProcStat& stat, ProcessEntry& e) {
+  const int pid = stat.pid;
+  e.pid = pid;
+  e.ppid = stat.ppid;
+  e.start_ticks = stat.start_time_ticks;
+  e.comm = stat.comm;
+  auto k = known_.find(pid);
+  // The same process with the same image, not due for its refresh (spread
+  // over the scans by pid): its command line is the one read before.
+  const bool same = k != known_.end() && k->second.start_ticks == stat.start_time_ticks &&
+                    k->second.comm == stat.comm && k->second.start_stack == stat.start_stack &&
+                    k->second.arg_start == stat.arg_start && k->second.arg_end == stat.arg_end &&
+                    (scans_ + static_cast<uint64_t>(pid)) % full_every_ != 0;
+  std::string cmdline;
+  if (same) {
+    cmdline = k->second.cmdline;
+  } else {
+    auto read = proc.cmdline(pid);
+    ++cmdlines_read_;
+    if (!read || read->empty()) {  // gone, a zombie, or exiting
+      known_.erase(pid);
+      return false;
+    }
+    cmdline = std::move(*read);
+  }
+  MatchInputs inputs = read_match_inputs(proc, pid, matcher_);
+  Known& entry = known_[pid];
+  if (!same || entry.cmdline != cmdline || entry.inputs.cgroup != inputs.cgroup ||
+      entry.inputs.device_fds != inputs.device_fds) {
+    auto why = matcher_.match(cmdline, inputs.cgroup, inputs.device_fds);
+    ++matches_made_;
+    entry = Known{
+        stat.start_time_ticks, stat.start_stack,          stat.arg_start, stat.arg_end, stat.comm, cmdline,
+        std::move(inputs),     why ? *why : std::string()};
+  }
+  e.cmdline = std::move(cmdline);
+  e.matched_by = entry.matched_by;
+  return true;
+}
+
 Result<std::vector<ProcessEntry>> ProcessScanner::scan() {
   const procfs::ProcFs proc(proc_root_);
+  std::optional<std::vector<procfs::ProcStat>> identities;
+  if (identities_) {
+    auto got = identities_();
+    identity_error_ = got ? std::string() : got.error();
+    if (got) identities = std::move(*got);
+  }
   auto pids = proc.pids();
   if (!pids) return make_error(pids.error());
   ++scans_;
   std::vector<ProcessEntry> out;
   out.reserve(pids->size());
   std::set<int> seen;
-  for (int pid : *pids) {
-    auto stat = read_stat(pid);
-    if (!stat || stat->is_kernel_thread()) {
-      close_stat(pid);
-      continue;
-    }
-    seen.insert(pid);
+  auto consider = [&](const procfs::ProcStat& stat) {
+    if (stat.is_kernel_thread()) return false;
+    seen.insert(stat.pid);
     ProcessEntry e;
-    e.pid = pid;
-    e.ppid = stat->ppid;
-    e.start_ticks = stat->start_time_ticks;
-    e.comm = stat->comm;
-    auto k = known_.find(pid);
-    // The same process with the same image, not due for its refresh (spread
-    // over the scans by pid): its command line is the one read before.
-    const bool same = k != known_.end() && k->second.start_ticks == stat->start_time_ticks &&
-                      k->second.comm == stat->comm && k->second.start_stack == stat->start_stack &&
-                      k->second.arg_start == stat->arg_start && k->second.arg_end == stat->arg_end &&
-                      (scans_ + static_cast<uint64_t>(pid)) % full_every_ != 0;
-    std::string cmdline;
-    if (same) {
-      cmdline = k->second.cmdline;
-    } else {
-      auto read = proc.cmdline(pid);
-      ++cmdlines_read_;
-      if (!read || read->empty()) {  // gone, a zombie, or exiting
-        known_.erase(pid);
-        continue;
-      }
-      cmdline = std::move(*read);
-    }
-    MatchInputs inputs = read_match_inputs(proc, pid, matcher_);
-    Known& entry = known_[pid];
-    if (!same || entry.cmdline != cmdline || entry.inputs.cgroup != inputs.cgroup ||
-        entry.inputs.device_fds != inputs.device_fds) {
-      auto why = matcher_.match(cmdline, inputs.cgroup, inputs.device_fds);
-      ++matches_made_;
-      entry = Known{stat->start_time_ticks,
-                    stat->start_stack,
-                    stat->arg_start,
-                    stat->arg_end,
-                    stat->comm,
-                    cmdline,
-                    std::move(inputs),
-                    why ? *why : std::string()};
-    }
-    e.cmdline = std::move(cmdline);
-    e.matched_by = entry.matched_by;
+    if (!entry_for(proc, stat, e)) return true;
     out.push_back(std::move(e));
+    return true;
+  };
+  // A pid /proc lists that the pass left out is read from its stat file: a
+  // kernel thread (remembered: its pid is not read again while listed), a
+  // zombie, or a process the iterator did not visit (it skips pid 1 on some
+  // kernels).
+  auto from_stat_file = [&](int pid) {
+    if (identities && not_processes_.count(pid)) return;
+    auto stat = read_stat(pid);
+    if (stat && stat->is_kernel_thread() && identities) not_processes_.insert(pid);
+    if (!stat || !consider(*stat)) close_stat(pid);
+  };
+  if (identities) {
+    // Both in pid order: merged. A pid of the pass that /proc did not list
+    // (started in between) is taken as the pass saw it.
+    auto id = identities->begin();
+    for (int pid : *pids) {
+      for (; id != identities->end() && id->pid < pid; ++id) consider(*id);
+      if (id != identities->end() && id->pid == pid) {
+        close_stat(pid);
+        consider(*id++);
+      } else {
+        from_stat_file(pid);
+      }
+    }
+    for (; id != identities->end(); ++id) consider(*id);
+    const std::set<int> listed(pids->begin(), pids->end());
+    std::erase_if(not_processes_, [&](int pid) { return !listed.count(pid); });
+  } else {
+    not_processes_.clear();
+    for (int pid : *pids) from_stat_file(pid);
   }
   std::erase_if(known_, [&](const auto& kv) { return !seen.count(kv.first); });
   for (auto it = stat_fds_.begin(); it != stat_fds_.end();) {
