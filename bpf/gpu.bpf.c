@@ -101,6 +101,18 @@ static __always_inline __u64 stream_arg(struct pt_regs* ctx, __u64 cookie) {
   return stream;
 }
 
+/* A call's return address at its entry (before the return probe replaces
+ * it): on the stack on x86_64, in the link register on arm64. */
+static __always_inline __u64 entry_return_address(struct pt_regs* ctx) {
+#if defined(__TARGET_ARCH_arm64)
+  return ((struct user_pt_regs*)ctx)->regs[30];
+#else
+  __u64 ret = 0;
+  bpf_probe_read_user(&ret, sizeof(ret), (void*)PT_REGS_SP(ctx));
+  return ret;
+#endif
+}
+
 /* The calling thread's state, created on its first call (or taken over from
  * an exited thread whose tid this one reuses). */
 static __always_inline struct ht_gpu_thread* thread_state(__u32 tid, __u32 tgid) {
@@ -126,11 +138,16 @@ int gpu_call_enter(struct pt_regs* ctx) {
   __u32 fn = HT_GPU_COOKIE_FN(cookie);
   __u64 now = bpf_ktime_get_ns();
   /* Stacks grow down: a call nested in the one the thread is in enters
-   * below that one's entry. One entered at or above it comes after that
-   * call returned without its return being seen (a return probe attached
-   * while it ran): start over instead of nesting under it forever. */
+   * below that one's entry. One entered above it, or at it from the same
+   * call site, comes after that call returned without its return being seen
+   * (left by longjmp, or begun before its return probe): start over instead
+   * of nesting under it forever. At the same stack pointer with another
+   * return address it is a tail call (ncclBcast jumping to ncclBroadcast:
+   * the return address is the return probe's trampoline), nested. */
   __u64 sp = PT_REGS_SP(ctx);
-  if (t->call_depth && sp >= t->in_sp) t->call_depth = 0;
+  if (t->call_depth &&
+      (sp > t->in_sp || (sp == t->in_sp && t->in_ret && entry_return_address(ctx) == t->in_ret)))
+    t->call_depth = 0;
   bool outermost = t->call_depth == 0;
   t->call_depth++;
 
@@ -161,6 +178,8 @@ int gpu_call_enter(struct pt_regs* ctx) {
 
   t->in_fn = fn;
   t->in_sp = sp;
+  /* Launches are the hot path: no read for them. */
+  t->in_ret = fn_is_host_wait(fn) || fn_is_nccl_transfer(fn) ? entry_return_address(ctx) : 0;
   t->in_since_ns = now;
   t->in_stream = stream_arg(ctx, cookie);
   t->in_handle = handle;

@@ -538,9 +538,13 @@ struct ht_gpu_thread {
   __s32 in_ustack_id; /* user stack at its entry (host waits and NCCL calls only); -1: none */
   __u32 pad;          /* explicit padding, always 0 */
   char comm[HT_COMM_LEN];
-  /* The outermost call's stack pointer at entry: a call entered from a frame
-   * no deeper than it is not nested in it (that call returned unseen). */
+  /* The outermost call's stack pointer and return address at entry (the
+   * address only for host waits and NCCL calls, 0 for launches): a call
+   * entered from a shallower frame, or from the same frame and call site, is
+   * not nested in it (that call returned unseen); one entered at the same
+   * stack pointer with another return address is a tail call inside it. */
   __u64 in_sp;
+  __u64 in_ret;
 };
 
 /* ht_gpu_activity.kind */

@@ -162,6 +162,14 @@ std::optional<GpuThreadState> wait_until_in(LiveTracer& t, Collected& c, int tid
   return seen;
 }
 
+// Lets the traced repro make its calls; its thread's state once it is inside
+// cuCtxSynchronize (records collected meanwhile), nullopt if it never is.
+std::optional<GpuThreadState> run_until_synchronizing(GpuRepro& repro, Collected& c) {
+  repro.w->release();
+  if (repro.w->wait_for_line("syncing", 20s) != "syncing") return std::nullopt;
+  return wait_until_in(*repro.tracer, c, repro.tid, HT_GPU_CTX_SYNCHRONIZE);
+}
+
 // Holds the repro in its cuCtxSynchronize for at least `hold` (collecting
 // records meanwhile), releases it and waits for its "done"; how long it was
 // held, from its entry.
@@ -336,9 +344,7 @@ TEST(LiveGpu, QuickHostWaitsAreNotStreamedNcclCallsAlwaysAre) {
   notice_maps(t, repro.pid);
 
   Collected c;
-  repro.w->release();
-  ASSERT_EQ(repro.w->wait_for_line("syncing", 20s), "syncing");
-  auto in_sync = wait_until_in(t, c, repro.tid, HT_GPU_CTX_SYNCHRONIZE);
+  auto in_sync = run_until_synchronizing(repro, c);
   ASSERT_TRUE(in_sync) << describe(thread_of(gpu_state(t), repro.tid));
   uint64_t held = hold_then_release(t, c, repro, in_sync->in_since_ns, 200ms);
   ASSERT_GE(held, min_block_ns);
@@ -368,9 +374,7 @@ TEST(LiveGpu, ACallLeftWithoutItsReturnDoesNotSwallowTheNext) {
   notice_maps(t, repro.pid);
 
   Collected c;
-  repro.w->release();
-  ASSERT_EQ(repro.w->wait_for_line("syncing", 20s), "syncing");
-  auto first = wait_until_in(t, c, repro.tid, HT_GPU_CTX_SYNCHRONIZE);
+  auto first = run_until_synchronizing(repro, c);
   ASSERT_TRUE(first) << describe(thread_of(gpu_state(t), repro.tid));
   ASSERT_EQ(kill(repro.pid, SIGUSR1), 0);
   ASSERT_EQ(repro.w->wait_for_line("resumed", 20s), "resumed");

@@ -115,6 +115,7 @@ class Daemon {
     // checks: the interpreter is found (maps, ELF symbols) once, not on every
     // check of every job. Null while the root runs no CPython (retried).
     std::unique_ptr<PythonThreadStacks> python;
+    unsigned python_checks = 0;  // checks made with it
   };
   // When the exact hooks were attached: a sampled wait inside such a period
   // was seen by the kernel too.

@@ -20,7 +20,13 @@
 namespace hangtrace::cli {
 
 std::string Daemon::main_python_frames(Job& job, uint64_t now) {
+  // Its caches (code objects, by address) only grow: a reader lives for a
+  // bounded number of checks (a target making new code objects all the
+  // time costs a fresh reader, not memory).
+  constexpr unsigned kChecksPerReader = 40;
+  if (job.python && ++job.python_checks >= kChecksPerReader) job.python.reset();
   if (!job.python) {
+    job.python_checks = 0;
     auto opened = PythonThreadStacks::open(proc_, job.root);
     if (!opened) return "";
     job.python = std::move(*opened);

@@ -31,7 +31,7 @@ static_assert(offsetof(ht_gpu_call_event, fn) == 40);
 static_assert(offsetof(ht_gpu_call_event, start_ns) == 48);
 static_assert(offsetof(ht_gpu_call_event, seq) == 80);
 static_assert(offsetof(ht_gpu_call_event, ustack_id) == 96);
-static_assert(sizeof(ht_gpu_thread) == 160);
+static_assert(sizeof(ht_gpu_thread) == 168);
 static_assert(offsetof(ht_gpu_thread, launches) == 32);
 static_assert(offsetof(ht_gpu_thread, last_collective_fn) == 96);
 static_assert(offsetof(ht_gpu_thread, nccl_group_depth) == 104);

@@ -5,8 +5,8 @@
 //   repro_gpu_calls --nccl LIBNCCL    a real libnccl.so.2: only calls that need no GPU
 //   repro_gpu_calls --unseen-return LIBCUDA
 //                                     a cuCtxSynchronize left by siglongjmp on SIGUSR1
-//                                     (its return never runs), then a launch and a
-//                                     second cuCtxSynchronize ("resumed" between)
+//                                     (its return never runs), then ("resumed") a launch
+//                                     and the same cuCtxSynchronize again
 //
 // Prints "LOADED pid=N tid=N" once the libraries are mapped, waits for a "go"
 // line on stdin, makes its calls, then (stubs) prints "syncing" and calls
@@ -127,7 +127,9 @@ sigjmp_buf out_of_the_call;
 
 // A call the thread leaves without returning from it: a uretprobe then
 // never fires for it, as for a call that began before its return probe was
-// attached. The calls after it are the thread's own, not nested in it.
+// attached. The calls after it are the thread's own, not nested in it: a
+// launch (another call site), then the same synchronize again (the same call
+// site, in the same frame).
 int unseen_return(const char* libcuda) {
   void* cuda = open_library(libcuda);
   auto launch = symbol<CUresult (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -138,15 +140,19 @@ int unseen_return(const char* libcuda) {
   sigaction(SIGUSR1, &leave, nullptr);
   announce();
   wait_for_go();
-  if (sigsetjmp(out_of_the_call, 1) == 0) {
-    say("syncing");
+  volatile int rounds = 0;  // kept across the longjmp
+  while (rounds < 2) {
+    const int round = rounds;
+    rounds = round + 1;
+    if (sigsetjmp(out_of_the_call, 1) != 0) continue;  // round 0's synchronize, left
+    if (round == 1) {
+      say("resumed");
+      launch(reinterpret_cast<void*>(0x3000), 1, 1, 1, 1, 1, 1, 0, reinterpret_cast<CUstream>(kStream),
+             nullptr, nullptr);
+    }
+    say(round == 0 ? "syncing" : "syncing again");
     ctx_synchronize();
   }
-  say("resumed");
-  launch(reinterpret_cast<void*>(0x3000), 1, 1, 1, 1, 1, 1, 0, reinterpret_cast<CUstream>(kStream), nullptr,
-         nullptr);
-  say("syncing again");
-  ctx_synchronize();
   say("done");
   return 0;
 }
