@@ -5,16 +5,42 @@ scenario_support re-exports these; tests import them from there."""
 import ctypes
 import errno
 import os
+import random
 import signal
 import socket
 import time
 
 
+def ephemeral_port_range():
+    """The kernel's range for the source ports of outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 nobody listens on right now, outside the
+    ephemeral range: a port from that range (what binding port 0 gives) can
+    meanwhile become some connection's source port, so the server that is
+    to listen on it fails to bind, and a client that connects to it before
+    its server listens can be given it as its own source port (TCP then
+    connects the socket to itself and the client waits for its own answer).
+    Which of these, if either, made a CI run's torchrun job start no rank in
+    180 s is not known; neither can happen here."""
+    low, high = ephemeral_port_range()
+    candidates = list(range(20000, low)) if low > 21024 else list(range(high + 1, 65536))
+    random.shuffle(candidates)
+    for port in candidates[:1000]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free TCP port outside the ephemeral range %d-%d" % (low, high))
 
 
 def remove_cgroup(path):
