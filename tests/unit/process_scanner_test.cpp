@@ -132,7 +132,7 @@ TEST(ProcessScanner, AnIdentitySourceStandsForTheStatFilesAndAFailedOneFallsBack
   // A zombie /proc lists and the pass does not: read, and left out.
   proc.add(12, 10, "python3", {});
   write_stat(proc, 12, 10, "python3", 1000, 0, 0, 0);
-  // A process that starts between the pass and the listing: as the pass saw it.
+  // A new process, in the pass and in /proc: listed as the pass saw it.
   procfs::ProcStat late = view.back();
   late.pid = 40;
   view.push_back(late);

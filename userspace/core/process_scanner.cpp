@@ -141,8 +141,8 @@ Result<std::vector<ProcessEntry>> ProcessScanner::scan() {
     if (!stat || !consider(*stat)) close_stat(pid);
   };
   if (identities) {
-    // Both in pid order: merged. A pid of the pass that /proc did not list
-    // (started in between) is taken as the pass saw it.
+    // Both in pid order: merged. A pid of the pass that /proc no longer
+    // lists (it exited in between) finds no command line and is left out.
     auto id = identities->begin();
     for (int pid : *pids) {
       for (; id != identities->end() && id->pid < pid; ++id) consider(*id);
