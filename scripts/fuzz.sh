@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets of tests/fuzz/ (tests/fuzz/README.md).
+# Runs the libFuzzer targets of tests/fuzz/ (tests/fuzz/README.md), as many
+# at a time as there are CPUs (FUZZ_PARALLEL overrides).
 #
 #   scripts/fuzz.sh [SECONDS_PER_FUZZER (default 10)] [NAMES...]
 #
@@ -37,8 +38,11 @@ ninja -C "$build" ${FUZZ_JOBS:+-j"$FUZZ_JOBS"} "${targets[@]}" >/dev/null
 work=$(mktemp -d /tmp/hangtrace-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 failed=0
-printf '%-16s %12s %9s %8s %7s %7s %8s\n' fuzzer executions exec/s corpus cov ft crashes
-for t in "${targets[@]}"; do
+# Each fuzzer runs on one CPU: FUZZ_PARALLEL (default: every CPU) at a time,
+# each one's lines printed whole, in the order of the targets.
+parallel=${FUZZ_PARALLEL:-$(nproc)}
+run_fuzzer() {
+  local t=$1 n corpus d log rc last cov ft found
   n=${t#fuzz_}
   corpus=$work/$n
   mkdir -p "$corpus"
@@ -57,10 +61,24 @@ for t in "${targets[@]}"; do
   printf '%-16s %12s %9s %8s %7s %7s %8s\n' "$n" "$(stat number_of_executed_units)" "$(stat average_exec_per_sec)" \
     "$(find "$corpus" -type f | wc -l)" "${cov:-?}" "${ft:-?}" "$found"
   if [[ $rc -ne 0 || $found -ne 0 ]]; then
-    failed=1
     grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$log" | head -3 | sed 's/^/    /' || true
     find "$artifacts" -maxdepth 1 -name "$n-*" -type f | sed 's/^/    input: /'
     [[ $rc -ne 0 ]] && cp "$log" "$artifacts/$n.log" && echo "    log: $artifacts/$n.log"
+    return 1
   fi
+  return 0
+}
+
+printf '%-16s %12s %9s %8s %7s %7s %8s\n' fuzzer executions exec/s corpus cov ft crashes
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= parallel)); do wait -n || true; done
+  n=${t#fuzz_}
+  { if run_fuzzer "$t"; then echo 0 >"$work/$n.rc"; else echo 1 >"$work/$n.rc"; fi; } >"$work/$n.row" 2>&1 &
+done
+wait
+for t in "${targets[@]}"; do
+  n=${t#fuzz_}
+  cat "$work/$n.row"
+  [[ $(cat "$work/$n.rc" 2>/dev/null) == 0 ]] || failed=1
 done
 exit "$failed"

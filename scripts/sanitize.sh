@@ -18,8 +18,13 @@ build=${SANITIZE_BUILD_DIR:-build-asan}
 fuzz_seconds=${1:-5}
 shift || true
 
-scripts/configure-asan.sh "$build"
-ninja -C "$build" -j"$(nproc)"
+# Run alone, it prints its own stages at the end (scripts/test.sh prints the whole run's).
+[[ -n ${HANGTRACE_STAGE_LOG:-} ]] || trap print_stages EXIT
+source scripts/ci_stages.sh
+jobs=${HANGTRACE_TEST_JOBS:-4}
+
+build_asan() { scripts/configure-asan.sh "$build" && ninja -C "$build" -j"$(nproc)"; }
+stage "sanitizer build" build_asan
 
 reports=$(mktemp -d /tmp/hangtrace-sanitizer-reports.XXXXXX)
 chmod 0755 "$reports"  # tests that drop privileges run hangtrace as another user
@@ -29,7 +34,8 @@ export LSAN_OPTIONS="log_path=$reports/lsan"
 rc=0
 # The scenarios (real PyTorch jobs, minutes each) run on the release build in
 # scripts/test.sh; here what exercises hangtrace's own code most per second.
-(cd "$build" && ctest --output-on-failure --timeout 900 -j1 -L 'unit|requires_bpf' -LE scenario "$@") || rc=$?
+stage "sanitized suites (ctest -j$jobs)" run_ctest sanitized "$build" --output-on-failure --timeout 900 -j"$jobs" \
+  -L 'unit|requires_bpf' -LE scenario "$@" || rc=$?
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 found=$(find "$reports" -type f | wc -l)
@@ -43,5 +49,5 @@ if [[ $found -ne 0 ]]; then
 fi
 
 echo "fuzzers, ${fuzz_seconds} s each:"
-FUZZ_BUILD_DIR=$root/$build scripts/fuzz.sh "$fuzz_seconds" || rc=1
+stage "fuzzers (${fuzz_seconds} s each)" env FUZZ_BUILD_DIR="$root/$build" scripts/fuzz.sh "$fuzz_seconds" || rc=1
 exit "$rc"

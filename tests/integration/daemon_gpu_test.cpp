@@ -37,7 +37,8 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   Workload daemon({"sh", "-c",
                    "HANGTRACE_NVML_LIBRARY=" + std::string(HT_STUB_NVML_LIBRARY) +
                        " HT_STUB_NVML_SCRIPT=" + s.file("nvml.txt") + " exec " + hangtrace_path() +
-                       " daemon --match repro_gpu_calls --hang-after 4 --check-every 0.5 --scan-every 0.2"
+                       " daemon --match 'repro_gpu_calls " + s.file("libcuda") +
+                       "' --hang-after 4 --check-every 0.5 --scan-every 0.2"
                        " --metrics 127.0.0.1:0 --bundle-dir " +
                        s.file("bundles") + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
@@ -45,18 +46,18 @@ TEST(DaemonGpu, StarvedGpuJobIsBundledAndIdleSecondsCount) {
   ASSERT_FALSE(base.empty()) << ready;
   const std::string metrics_url = base + "/metrics";
 
-  // The job dlopens the stubs, waits until they carry the daemon's uprobes,
-  // launches 105 kernels, then blocks reading a FIFO nobody writes. Copies of
-  // the stubs: uprobes sit on a file, and a tracer of an earlier test may
-  // still be detaching its own from the build's stubs -- the job would take
-  // those for the daemon's and launch before the daemon is attached.
+  // The job dlopens the stubs, waits until the daemon holds both uprobes on
+  // every function it calls, launches 105 kernels, then blocks reading a FIFO
+  // nobody writes. Copies of the stubs: uprobes sit on a file, and tracers of
+  // tests running beside this one probe the build's stubs; the daemon
+  // selects the job by them (its command line names this test's copies).
   std::filesystem::copy_file(HT_STUB_CUDA_LIBRARY, s.file("libcuda.so.1"));
   std::filesystem::copy_file(HT_STUB_NCCL_LIBRARY, s.file("libnccl.so.2"));
   Workload job({"sh", "-c",
                 "exec 7<>" + s.file("sync") +
-                    "; HT_STUB_CUDA_SYNC_FD=7 HT_WAIT_FOR_UPROBES=1 HT_STARVE_ON_FD=7 exec " +
-                    repro_path("repro_gpu_calls") + " " + s.file("libcuda.so.1") + " " +
-                    s.file("libnccl.so.2")});
+                    "; HT_STUB_CUDA_SYNC_FD=7 HT_WAIT_FOR_UPROBES=" + std::to_string(daemon.pid()) +
+                    " HT_STARVE_ON_FD=7 exec " + repro_path("repro_gpu_calls") + " " +
+                    s.file("libcuda.so.1") + " " + s.file("libnccl.so.2")});
   std::string tracking = daemon.wait_for_line("hangtrace daemon: tracking job " + std::to_string(job.pid()),
                                               std::chrono::seconds(30));
   ASSERT_FALSE(tracking.empty()) << "the daemon never picked the job up";

@@ -28,19 +28,18 @@ TEST(DaemonHttp, AHungRanksBundleIsServedWithItsJobIdOnlyWithTheToken) {
   const std::string token_file = dir.file("token");
   std::ofstream(token_file) << kToken << "\n";
   chmod(token_file.c_str(), 0600);
-  Workload daemon(
-      {"sh", "-c",
-       "exec " + hangtrace_path() +
-           " daemon --match repro_collector_pipe --hang-after 4 --check-every 0.5 --scan-every 0.2"
-           " --metrics 127.0.0.1:0 --serve-bundles --bundle-token-file " +
-           token_file + " --bundle-dir " + dir.file("bundles") + " 2>&1"});
+  Workload daemon({"sh", "-c",
+                   "exec " + hangtrace_path() + " daemon --match " + own_repro(dir, "repro_collector_pipe") +
+                       " --hang-after 4 --check-every 0.5 --scan-every 0.2"
+                       " --metrics 127.0.0.1:0 --serve-bundles --bundle-token-file " +
+                       token_file + " --bundle-dir " + dir.file("bundles") + " 2>&1"});
   std::string ready = daemon.wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60));
   const std::string base = daemon_served_base(ready);
   ASSERT_FALSE(base.empty()) << ready;
   ASSERT_NE(ready.find("bundles on " + base + "/bundles"), std::string::npos) << ready;
 
   Workload job({"env", "TORCHELASTIC_RUN_ID=llama-7b.run_3", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500",
-                "RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", repro_path("repro_collector_pipe")});
+                "RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", dir.file("repro_collector_pipe")});
   ASSERT_FALSE(job.wait_for_line("READY").empty());
   std::string written = daemon.wait_for_line("hangtrace daemon: bundle written: ", std::chrono::seconds(90));
   ASSERT_FALSE(written.empty()) << "no bundle";

@@ -15,12 +15,12 @@ class DaemonTriggers : public ::testing::Test {
   void SetUp() override {
     std::string why = missing_privileges();
     if (!why.empty()) GTEST_SKIP() << why;
-    daemon_ = std::make_unique<Workload>(
-        std::vector<std::string>{"sh", "-c",
-                                 "exec " + hangtrace_path() +
-                                     " daemon --match repro_dying_worker --hang-after 600 --scan-every 0.2 "
-                                     "--metrics '' -v --bundle-dir " +
-                                     bundles_.path.string() + " 2>&1"});
+    daemon_ = std::make_unique<Workload>(std::vector<std::string>{"sh", "-c",
+                                                                  "exec " + hangtrace_path() +
+                                                                      " daemon --match " + job_path_ +
+                                                                      " --hang-after 600 --scan-every 0.2 "
+                                                                      "--metrics '' -v --bundle-dir " +
+                                                                      bundles_.path.string() + " 2>&1"});
     ASSERT_FALSE(daemon_->wait_for_line("hangtrace daemon: ready", std::chrono::seconds(60)).empty());
   }
 
@@ -47,11 +47,14 @@ class DaemonTriggers : public ::testing::Test {
   }
 
   TempDir bundles_{"hangtrace-daemon-triggers"};
+  // The job's own name: the cases run side by side, each with a daemon.
+  TempDir job_dir_{"hangtrace-daemon-triggers-job"};
+  const std::string job_path_ = own_repro(job_dir_, "repro_dying_worker");
   std::unique_ptr<Workload> daemon_;
 };
 
 TEST_F(DaemonTriggers, RealSigbusOfAWorker) {
-  Workload job({repro_path("repro_dying_worker"), "sigbus"}, true);
+  Workload job({job_path_, "sigbus"}, true);
   auto [main, worker] = run_job(job);
   nlohmann::json meta = next_bundle_meta();
   ASSERT_TRUE(meta.is_object());
@@ -62,7 +65,7 @@ TEST_F(DaemonTriggers, RealSigbusOfAWorker) {
 }
 
 TEST_F(DaemonTriggers, NonZeroExitOfAWorker) {
-  Workload job({repro_path("repro_dying_worker"), "exit3"}, true);
+  Workload job({job_path_, "exit3"}, true);
   auto [main, worker] = run_job(job);
   nlohmann::json meta = next_bundle_meta();
   ASSERT_TRUE(meta.is_object());
@@ -73,7 +76,7 @@ TEST_F(DaemonTriggers, NonZeroExitOfAWorker) {
 }
 
 TEST_F(DaemonTriggers, SigtermIsAnOrdinaryStop) {
-  Workload job({repro_path("repro_dying_worker"), "term"}, true);
+  Workload job({job_path_, "term"}, true);
   auto [main, worker] = run_job(job);
   // The worker's exit record is in once the daemon lets it go; then the job
   // ends (its main process killed here) with no bundle on the way.

@@ -64,11 +64,24 @@ TEST_P(LiveWaits, PipePingPongNamesThePipeOnBothSides) {
       EXPECT_EQ(e.ret, 1);
     }
   }
-  // The reads slept waiting for the peer: their kernel stacks were taken.
-  size_t slept = 0;
-  for (const auto& e : pr) slept += e.kstack_id >= 0;
-  std::cout << "parent reads with a kernel stack: " << slept << "\n";
-  EXPECT_GE(slept, pr.size() / 2);
+  // A read that slept waiting for the peer had its kernel stack taken then
+  // (unless the stack map had no room: counted); one that found the byte
+  // already there never slept and has none. How many sleep is the
+  // scheduler's business; that some do is not (the peer answers only after
+  // the parent's write wakes it).
+  size_t slept = 0, slept_without_stack = 0;
+  for (const auto& e : pr) {
+    if (e.duration_ns == 0) {
+      EXPECT_EQ(e.kstack_id, -ENOENT);
+      continue;
+    }
+    ++slept;
+    slept_without_stack += e.kstack_id < 0;
+  }
+  std::cout << "parent reads that slept: " << slept << ", of them without a kernel stack "
+            << slept_without_stack << "\n";
+  EXPECT_GT(slept, 0u);
+  EXPECT_LE(slept_without_stack, t.counter(HT_CNT_STACKS_LOST));
   EXPECT_EQ(t.counter(HT_CNT_DROPPED), 0u);
 }
 

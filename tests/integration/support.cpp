@@ -193,6 +193,14 @@ std::string daemon_bundle_path(const std::string& written_line) {
 }
 
 std::string repro_path(const std::string& name) { return std::string(HANGTRACE_REPRO_DIR) + "/" + name; }
+
+std::string own_repro(const TempDir& dir, const std::string& name) {
+  const std::string link = dir.file(name);
+  std::error_code ec;
+  std::filesystem::create_symlink(repro_path(name), link, ec);
+  if (ec) throw std::runtime_error("failed to link " + link + ": " + ec.message());
+  return link;
+}
 std::string hangtrace_path() { return HANGTRACE_BIN; }
 
 std::vector<int> parse_ready_pids(const std::string& line) {

@@ -82,7 +82,12 @@ std::string daemon_served_base(const std::string& ready_line);
 std::string daemon_bundle_path(const std::string& written_line);
 
 std::string repro_path(const std::string& name);  // HANGTRACE_REPRO_DIR/name
-std::string hangtrace_path();                     // HANGTRACE_BIN
+// The reproducer `name` as a link of this test's own, DIR/name, to start it
+// by: its command line then names DIR, and a daemon of this test given
+// `--match DIR/name` never picks up the same reproducer that a test running
+// beside it started (ctest -j). Throws when the link cannot be made.
+std::string own_repro(const TempDir& dir, const std::string& name);
+std::string hangtrace_path();  // HANGTRACE_BIN
 
 // "READY 12 34 56" -> {12, 34, 56}: the integers after the first word.
 std::vector<int> parse_ready_pids(const std::string& line);

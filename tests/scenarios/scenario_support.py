@@ -471,6 +471,19 @@ class LaunchedJob:
             pass
 
 
+# On the command line of every Python workload ScenarioTestCase.start()
+# starts (an -X option: the interpreter keeps it in sys._xoptions and
+# otherwise ignores it), unique to this test process.
+TEST_TAG = "hangtrace_test=%d" % os.getpid()
+
+
+def own_match(script):
+    """A --match pattern for workloads/<script> started by this test process:
+    a daemon given it never picks up the same workload that a test running
+    beside this one (ctest -j) started."""
+    return r"-X %s -u \S*/%s\b" % (re.escape(TEST_TAG), re.escape(script))
+
+
 class ScenarioTestCase(unittest.TestCase):
     """Starts workloads with self.start(...) and kills them (and their
     descendants) when the test ends, pass or fail."""
@@ -486,7 +499,8 @@ class ScenarioTestCase(unittest.TestCase):
         self._workloads = []
 
     def start(self, script, *args, python=True, env=None, wrapper=None, shell=False):
-        argv = ([PYTHON, "-u", workload(script)] if python else [workload(script)]) + [str(a) for a in args]
+        argv = ([PYTHON, "-X", TEST_TAG, "-u", workload(script)] if python else [workload(script)]) + \
+            [str(a) for a in args]
         if wrapper:
             argv = list(wrapper) + argv
         return self.start_argv(argv, env=env, shell=shell)

@@ -21,7 +21,7 @@ import tempfile
 import time
 import unittest
 
-from scenario_support import (BUNDLE_FILES, MEMCG_V1, OPTIONAL_BUNDLE_FILES, SYS_FUTEX, Daemon, ScenarioTestCase,
+from scenario_support import (BUNDLE_FILES, MEMCG_V1, OPTIONAL_BUNDLE_FILES, SYS_FUTEX, Daemon, ScenarioTestCase, own_match,
                               parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1, wait_for,
                               wait_until_blocked)
 from fleet_support import MonitoringMixin
@@ -30,6 +30,20 @@ from fleet_support import MonitoringMixin
 def bpf_program_ids():
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     return {p["id"] for p in json.loads(out or "[]")}
+
+
+def bpf_programs_held_by(pid):
+    """The ids of the BPF programs the fds of `pid` hold (a program's fd or
+    a link's): its own, whatever tests beside this one load meanwhile."""
+    ids = set()
+    fdinfo = "/proc/%d/fdinfo" % pid
+    for name in os.listdir(fdinfo):
+        try:
+            with open(os.path.join(fdinfo, name)) as f:
+                ids.update(int(line.split()[1]) for line in f if line.startswith("prog_id:"))
+        except OSError:   # closed meanwhile
+            pass
+    return ids
 
 
 class FleetTestCase(MonitoringMixin, ScenarioTestCase):
@@ -76,7 +90,7 @@ class DaemonPrometheus(FleetTestCase):
         self.require_prometheus()
 
     def test_prometheus_sees_the_hang_and_the_bundle_is_on_disk(self):
-        daemon = self.daemon("--match", r"fork_inherited_lock\.py", "--hang-after", "6", "--scan-every", "0.2")
+        daemon = self.daemon("--match", own_match("fork_inherited_lock.py"), "--hang-after", "6", "--scan-every", "0.2")
         api = self.start_prometheus(daemon.metrics_address)
         wait_for(lambda: self.query(api, 'up{job="hangtrace"} == 1'), 60, "Prometheus to scrape the daemon")
         self.assertEqual(self.query(api, "sum(hangtrace_hang_active)"), [])  # no hang yet, no series
@@ -132,7 +146,7 @@ class DaemonExactHistograms(FleetTestCase):
     def test_exact_steady_state_counts_every_wait_in_kernel(self):
         # The workers' short futex waits at start-up, before they block for
         # good: only the in-kernel histograms see waits this short.
-        daemon = self.daemon("--match", r"fork_inherited_lock\.py", "--hang-after", "600", "--scan-every", "0.2",
+        daemon = self.daemon("--match", own_match("fork_inherited_lock.py"), "--hang-after", "600", "--scan-every", "0.2",
                              "--steady-state", "exact")
         job, main, workers = self.hung_job()
         daemon.wait_for_job(main)
@@ -173,7 +187,7 @@ class DaemonOomKill(FleetTestCase):
                 time.sleep(0.05)
 
     def test_worker_oom_kill_writes_a_bundle(self):
-        daemon = self.daemon("--match", r"dataloader_worker_oom\.py", "--scan-every", "0.2", "-v")
+        daemon = self.daemon("--match", own_match("dataloader_worker_oom.py"), "--scan-every", "0.2", "-v")
         go = os.path.join(self.bundles, "..", os.path.basename(self.bundles) + ".go")
         self.addCleanup(lambda: os.path.exists(go) and os.unlink(go))
         enter = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
@@ -218,7 +232,7 @@ class DaemonHealthyJob(FleetTestCase):
 
     def healthy_job_is_never_hung(self, steady_state):
         hang_after = 3.0
-        daemon = self.daemon("--match", r"healthy_loader\.py", "--hang-after", hang_after, "--check-every", "0.5",
+        daemon = self.daemon("--match", own_match("healthy_loader.py"), "--hang-after", hang_after, "--check-every", "0.5",
                              "--scan-every", "0.2", "--steady-state", steady_state, "-vv")
         job = self.start("healthy_loader.py", "--seconds", "600")
         main = parse_marker(job.wait_for_line("READY"))["main"][0]
@@ -249,21 +263,21 @@ class DaemonHealthyJob(FleetTestCase):
 @requires_bpf_and_torch
 class DaemonKilledAndRestarted(FleetTestCase):
     def test_sigkill_leaves_nothing_attached_and_a_restart_carries_on(self):
-        before = bpf_program_ids()
         job, main, workers = self.hung_job()
-        first = self.daemon("--match", r"fork_inherited_lock\.py", "--hang-after", "5", "--scan-every", "0.2")
+        first = self.daemon("--match", own_match("fork_inherited_lock.py"), "--hang-after", "5", "--scan-every", "0.2")
         first.wait_for_job(main)
         path = first.wait_for_bundle(timeout=120)
         self.assertWholeBundle(path)
-        loaded = bpf_program_ids() - before
+        loaded = bpf_programs_held_by(first.pid)
         self.assertTrue(loaded, "the daemon has BPF programs loaded")
+        self.assertTrue(loaded <= bpf_program_ids(), (loaded, bpf_program_ids()))
 
         os.killpg(first.pid, signal.SIGKILL)
         first.proc.wait(timeout=30)
         # Every link and map is owned by the daemon's fds: the kernel frees them.
         wait_for(lambda: not (bpf_program_ids() & loaded), 30, "the killed daemon's BPF programs to go")
 
-        second = self.daemon("--match", r"fork_inherited_lock\.py", "--hang-after", "5", "--scan-every", "0.2")
+        second = self.daemon("--match", own_match("fork_inherited_lock.py"), "--hang-after", "5", "--scan-every", "0.2")
         second.wait_for_job(main)
         second.wait_for_line("hangtrace daemon: job %d: this hang was bundled before" % main, timeout=120)
         wait_for(lambda: 'hangtrace_hang_active{cause="orphaned-lock"} 1' in second.metrics(), 30,

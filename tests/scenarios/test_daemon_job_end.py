@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from scenario_support import (SYS_RECVFROM, ScenarioTestCase, hangtrace_bin, parse_marker,
+from scenario_support import (SYS_RECVFROM, ScenarioTestCase, hangtrace_bin, own_match, parse_marker,
                               requires_bpf_and_torch, wait_until_blocked)
 
 
@@ -30,7 +30,7 @@ class DaemonJobEnd(ScenarioTestCase):
         bundles = os.path.join(state, "bundles")
         log_path = os.path.join(state, "daemon.log")
         log = open(log_path, "w")
-        daemon = subprocess.Popen([hangtrace_bin(), "daemon", "--match", r"unix_peer_wait\.py",
+        daemon = subprocess.Popen([hangtrace_bin(), "daemon", "--match", own_match("unix_peer_wait.py"),
                                    "--hang-after", "300", "--scan-every", "0.2", "--bundle-dir", bundles,
                                    "--metrics", ""], stdout=subprocess.DEVNULL, stderr=log,
                                   stdin=subprocess.DEVNULL, start_new_session=True)

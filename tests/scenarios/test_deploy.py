@@ -22,7 +22,7 @@ import unittest
 import urllib.request
 
 from scenario_support import (REPO, SYS_FUTEX, SYS_POLL, SYS_READ, SYS_RECVFROM, ScenarioTestCase,
-                              hangtrace_bin, parse_marker, requires_bpf_and_torch, wait_until_blocked)
+                              hangtrace_bin, own_match, parse_marker, requires_bpf_and_torch, wait_until_blocked)
 
 UNIT = os.path.join(REPO, "scripts", "deploy", "hangtrace.service")
 DAEMONSET = os.path.join(REPO, "scripts", "deploy", "daemonset.yaml")
@@ -269,7 +269,7 @@ class DaemonUnderTheUnitsCapabilities(ScenarioTestCase):
 
     def test_bundles_a_hung_job_of_another_user_with_every_stack(self):
         main, workers = self.hung_job_of_nobody()
-        d = self.start_daemon(self.caps, r"fork_inherited_lock\.py")
+        d = self.start_daemon(self.caps, own_match("fork_inherited_lock.py"))
         ready = d.wait_for(r"ready: .* metrics on http://(127\.0\.0\.1:\d+)/metrics")[0]
         # What it really holds: exactly the unit's capabilities, no new privileges.
         status = _read("/proc/%d/status" % d.daemon_pid())

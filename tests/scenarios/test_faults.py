@@ -96,10 +96,36 @@ def attached_state():
             "kprobe_events": _lines(os.path.join(tracefs, "kprobe_events")), "pinned": pinned}
 
 
+def held_by_processes():
+    """{"progs": ids, "links": ids} that a live process holds an fd on (a
+    program's, or a link's, which names its program too)."""
+    held = {"progs": set(), "links": set()}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        fdinfo = "/proc/%s/fdinfo" % pid
+        try:
+            names = os.listdir(fdinfo)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(fdinfo, name)) as f:
+                    for line in f:
+                        key, _, value = line.partition(":")
+                        if key in ("prog_id", "link_id"):
+                            held["progs" if key == "prog_id" else "links"].add(int(value))
+            except (OSError, ValueError):
+                continue
+    return held
+
+
 def left_attached(before):
-    """What attached_state() has now that it did not have `before`."""
+    """What attached_state() has now that it did not have `before` and no
+    live process holds: what a dead one left. Tests running beside this one
+    (ctest -j) load and hold programs of their own meanwhile."""
     now = attached_state()
-    return {k: sorted(now[k] - before[k]) for k in now if now[k] - before[k]}
+    held = held_by_processes()
+    left = {k: now[k] - before[k] - held.get(k, set()) for k in now}
+    return {k: sorted(v) for k, v in left.items() if v}
 
 
 def crash_sign(text):
