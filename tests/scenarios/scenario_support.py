@@ -279,12 +279,25 @@ class Report:
         pattern = re.compile(r"(?<![\w-])%s(?![\w-])" % re.escape(str(word)))
         return [l for l in self.stderr.splitlines() if pattern.search(l)]
 
+    # A report larger than this is shown as hangtrace printed it, cut here.
+    DUMP_LIMIT = 1 << 20
+
     def dump(self):
+        """The whole run, for an assertion's message. unittest evaluates
+        messages whether or not the assertion fails, dozens per report: made
+        once, and a huge report (all the jobs of a busy host) is not
+        re-encoded."""
         whole = getattr(self, "_whole", self)
-        body = json.dumps(whole.json, indent=2) if whole.json is not None else \
-            "(not JSON: %s)\n%s" % (whole.parse_error, whole.stdout)
-        return "%s\nexit code %d\n--- stderr ---\n%s\n--- report ---\n%s" % (
-            " ".join(self.argv), self.returncode, self.stderr, body)
+        if getattr(whole, "_dump", None) is None:
+            if whole.json is None:
+                body = "(not JSON: %s)\n%s" % (whole.parse_error, whole.stdout[:self.DUMP_LIMIT])
+            elif len(whole.stdout) > self.DUMP_LIMIT:
+                body = "%s\n... (%d bytes in all)" % (whole.stdout[:self.DUMP_LIMIT], len(whole.stdout))
+            else:
+                body = json.dumps(whole.json, indent=2)
+            whole._dump = "%s\nexit code %d\n--- stderr ---\n%s\n--- report ---\n%s" % (
+                " ".join(whole.argv), whole.returncode, whole.stderr, body)
+        return whole._dump
 
 
 def run_hangtrace(pid, *extra, timeout=180):
@@ -891,9 +904,11 @@ class SlowJobTestCase(ScenarioTestCase):
         whole = getattr(report, "_whole", report)
         if not isinstance(whole.json, dict):
             return report.dump()
-        shown = {k: whole.json.get(k) for k in ("verdict", "findings", "profile")}
-        return "%s\nexit code %d\n--- stderr ---\n%s\n--- verdict, findings, profile ---\n%s" % (
-            " ".join(report.argv), report.returncode, report.stderr[-4000:], json.dumps(shown, indent=1))
+        if getattr(whole, "_slow_dump", None) is None:  # made once: see Report.dump
+            shown = {k: whole.json.get(k) for k in ("verdict", "findings", "profile")}
+            whole._slow_dump = "%s\nexit code %d\n--- stderr ---\n%s\n--- verdict, findings, profile ---\n%s" % (
+                " ".join(whole.argv), whole.returncode, whole.stderr[-4000:], json.dumps(shown, indent=1))
+        return whole._slow_dump
 
     def main_thread(self, report, profile, main):
         """The profile's entry of main's main thread (tid == pid, role main)."""
