@@ -20,6 +20,15 @@ sanitize=$((${HANGTRACE_SKIP_SANITIZE:-0} != 1))
 asan_build_pid=
 run_start=$SECONDS
 
+# The sanitized tree builds at the lowest priority only while the release
+# suite runs; then at the ordinary one (as root: raising a priority needs
+# CAP_SYS_NICE), else a busy machine's other work would starve it.
+renice_tree() {
+  local child
+  renice -n 0 -p "$1" >/dev/null 2>&1 || true
+  for child in $(pgrep -P "$1"); do renice_tree "$child"; done
+}
+
 kill_tree() {
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
@@ -48,6 +57,7 @@ if ((sanitize)); then
 fi
 stage "release suite (ctest -j$jobs)" run_ctest release "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$jobs" "$@"
 if ((sanitize)); then
+  renice_tree "$asan_build_pid"
   rc=0
   wait "$asan_build_pid" || rc=$?
   asan_build_pid=

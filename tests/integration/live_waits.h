@@ -204,6 +204,7 @@ inline uint64_t wakeups_counted(int waker_tid, int wakee_tid) {
 struct PipePingPongRun : GatedRun {
   int parent = 0, child = 0;
   int p2c_r = 0, p2c_w = 0, c2p_r = 0, c2p_w = 0;  // the pipes' fds, as numbered in each process
+  size_t reads_slept = 0;  // the parent's reads of the answer that slept, as it counted them
 };
 
 inline void run_pipe_pingpong(uint64_t min_block_ns, const std::string& twin, PipePingPongRun& run) {
@@ -221,7 +222,9 @@ inline void run_pipe_pingpong(uint64_t min_block_ns, const std::string& twin, Pi
   expect_wait_hooks_active(*run.tracer, twin, min_block_ns);
 
   run.gate->open();
-  ASSERT_FALSE(run.workload->wait_for_line("DONE", 30s).empty());
+  auto done = numeric_fields<uint64_t>(run.workload->wait_for_line("DONE", 30s));
+  ASSERT_EQ(done.count("reads_slept"), 1u) << "the ping-pong never finished";
+  run.reads_slept = done["reads_slept"];
 }
 
 }  // namespace hangtrace::testing

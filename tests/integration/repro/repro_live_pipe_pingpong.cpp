@@ -3,7 +3,9 @@
 //   argv: GATE_FD N  (GATE_FD: a line on it starts the activity; 0 = stdin)
 //   READY parent=PID child=PID p2c_r=FD p2c_w=FD c2p_r=FD c2p_w=FD
 //   (line on GATE_FD)
-//   DONE
+//   DONE reads_slept=K   (K: the parent's reads of the answer that slept --
+//                         its voluntary context switches rose across them)
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,10 +33,15 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (!repro::read_line(gate)) return 1;
   char byte = 'x';
+  int reads_slept = 0;
   for (int i = 0; i < rounds; ++i) {
-    if (write(p2c[1], &byte, 1) != 1 || read(c2p[0], &byte, 1) != 1) return 1;
+    rusage before{}, after{};
+    if (write(p2c[1], &byte, 1) != 1 || getrusage(RUSAGE_THREAD, &before) != 0 ||
+        read(c2p[0], &byte, 1) != 1 || getrusage(RUSAGE_THREAD, &after) != 0)
+      return 1;
+    reads_slept += after.ru_nvcsw > before.ru_nvcsw;
   }
-  std::printf("DONE\n");
+  std::printf("DONE reads_slept=%d\n", reads_slept);
   std::fflush(stdout);
   repro::read_line(gate);  // stays until killed
   return 0;
