@@ -5,7 +5,10 @@
 //   argv: GATE_FD N INTERVAL_US
 //   READY parent=PID child=PID fd=FD   (FD: the parent's read end)
 //   (line on GATE_FD)
-//   DONE
+//   DONE reads_slept=K   (K: the parent's reads that slept -- its voluntary
+//                         context switches rose across them; on a busy
+//                         machine the byte may be there before the read)
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -50,10 +53,16 @@ int main(int argc, char** argv) {
   if (!repro::read_line(gate)) return 1;
   if (write(go[1], "g", 1) != 1) return 1;
   char c;
-  for (int i = 0; i < n; ++i)
-    if (read(fds[0], &c, 1) != 1) return 1;
+  int reads_slept = 0;
+  for (int i = 0; i < n; ++i) {
+    rusage before{}, after{};
+    if (getrusage(RUSAGE_THREAD, &before) != 0 || read(fds[0], &c, 1) != 1 ||
+        getrusage(RUSAGE_THREAD, &after) != 0)
+      return 1;
+    reads_slept += after.ru_nvcsw > before.ru_nvcsw;
+  }
   sleep_us(20000);
-  std::printf("DONE\n");
+  std::printf("DONE reads_slept=%d\n", reads_slept);
   std::fflush(stdout);
   repro::read_line(gate);  // stays until killed
   return 0;

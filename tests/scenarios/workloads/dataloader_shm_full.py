@@ -94,8 +94,8 @@ def main():
             if n % 10 == 0:
                 used, size = shm_usage()
                 print("BATCH %d shm_used=%d shm_size=%d" % (n, used, size), flush=True)
-    except (RuntimeError, OSError) as e:   # a worker died of SIGBUS: RuntimeError,
-        quiet_sigchld()                    # or ConnectionResetError mid-handover
+    except (RuntimeError, OSError, EOFError) as e:  # a worker died of SIGBUS: RuntimeError,
+        quiet_sigchld()                    # or ConnectionResetError / EOFError mid-handover
         loader_error(e)
     used, size = shm_usage()
     print("READY main=%d workers=%s shm_used=%d shm_size=%d kept=%d"
@@ -105,7 +105,7 @@ def main():
     while True:                        # "waiting for the launcher", batches held
         try:
             threading.Event().wait()
-        except (RuntimeError, OSError) as e:   # SIGCHLD handler: another worker died
+        except (RuntimeError, OSError, EOFError) as e:   # SIGCHLD handler: another worker died
             loader_error(e)
 
 
