@@ -41,8 +41,9 @@ finish() {
     kill_tree "$asan_build_pid"
     wait "$asan_build_pid" 2>/dev/null || true
   fi
-  print_stages
+  print_stages || true
   echo "== whole run: $((SECONDS - run_start)) s, exit $rc"
+  exit "$rc"  # the run's own status, whatever the summary did
 }
 trap finish EXIT
 
