@@ -18,6 +18,7 @@ packages=(
   demo:cmake demo:ninja-build demo:g++ demo:clang demo:pkg-config
   demo:libbpf-dev demo:bpftool demo:libelf-dev demo:libdw-dev demo:zlib1g-dev
   demo:libfmt-dev demo:libcli11-dev demo:nlohmann-json3-dev
+  demo:libre2-dev            # --match patterns: linear time, no recursion
   demo:prometheus-cpp-dev    # hangtrace daemon's /metrics (linked into the binary)
   demo:libcurl4-openssl-dev  # hangtrace merge fetches bundles from daemons and asks Prometheus
   demo:python3 demo:python3-torch   # the bundled hung job (and the PyTorch scenarios)

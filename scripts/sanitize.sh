@@ -33,9 +33,10 @@ export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS="log_path=$reports/lsan"
 rc=0
 # The scenarios (real PyTorch jobs, minutes each) run on the release build in
-# scripts/test.sh; here what exercises hangtrace's own code most per second.
+# scripts/test.sh; here what exercises hangtrace's own code most per second,
+# with the few scenarios labelled scenario_sanitized (tests/CMakeLists.txt).
 stage "sanitized suites (ctest -j$jobs)" run_ctest sanitized "$build" --output-on-failure --timeout 900 -j"$jobs" \
-  -L 'unit|requires_bpf' -LE scenario "$@" || rc=$?
+  -L 'unit|requires_bpf' -LE '^scenario$' "$@" || rc=$?
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 found=$(find "$reports" -type f | wc -l)

@@ -11,46 +11,57 @@
 #include <deque>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "hangtrace/live.h"
+#include "hangtrace/pattern.h"
 #include "hangtrace/result.h"
 
 namespace hangtrace::procfs {
 class ProcFs;
-}
+struct BoundedText;
+}  // namespace hangtrace::procfs
 
 namespace hangtrace::daemon {
 
 // ---- which processes are jobs ------------------------------------------------
 
 struct JobSelectors {
-  std::vector<std::string> cmdline_patterns;  // ECMAScript regexes, searched in the command line
+  std::vector<std::string> cmdline_patterns;  // RE2 patterns (pattern.h), searched in the command line
   std::vector<std::string> cgroup_prefixes;   // a cgroup path (any hierarchy) starting with one
   bool gpu = false;                           // processes holding a /dev/nvidia* device open
   bool empty() const { return cmdline_patterns.empty() && cgroup_prefixes.empty() && !gpu; }
 };
 
-// Selectors made ready to match; fails on a regex that does not compile.
+// Selectors made ready to match; fails on a pattern that does not compile
+// ("failed to compile --match 'x(?=y)': invalid perl operator: (?=").
 class JobMatcher {
  public:
   static Result<JobMatcher> make(const JobSelectors& selectors);
   // Why a process with this command line, /proc/PID/cgroup text and
   // device fds matches ("cmdline ~ 'train'", "cgroup /kubepods/...",
-  // "holds /dev/nvidia0"), or nullopt.
-  std::optional<std::string> match(const std::string& cmdline, const std::string& cgroup_text,
+  // "holds /dev/nvidia0"), or nullopt. `cmdline_cut`: the command line was
+  // longer than procfs's kMaxCmdlineBytes and `cmdline` is its first part;
+  // a match in that part says so.
+  std::optional<std::string> match(std::string_view cmdline, bool cmdline_cut, const std::string& cgroup_text,
                                    const std::vector<std::string>& fd_targets) const;
+  bool wants_cmdline() const { return !patterns_.empty(); }
   bool wants_fds() const { return selectors_.gpu; }
   bool wants_cgroup() const { return !selectors_.cgroup_prefixes.empty(); }
   const JobSelectors& selectors() const { return selectors_; }
 
  private:
   JobSelectors selectors_;
-  std::vector<std::regex> patterns_;
+  std::vector<Pattern> patterns_;
 };
+
+// --gpu reads the link of each fd: of a process's first kMaxMatchFds (its
+// GPU is opened early; a process may hold a million fds, and the daemon
+// scans every 2 s), keeping at most kMaxMatchDeviceFds of them.
+constexpr size_t kMaxMatchFds = 65536;
+constexpr size_t kMaxMatchDeviceFds = 16;
 
 // What the selectors look at besides the command line, read only when they
 // need it: the process's /proc/PID/cgroup text (--cgroup) and the
@@ -61,12 +72,28 @@ struct MatchInputs {
 };
 MatchInputs read_match_inputs(const procfs::ProcFs& proc, int pid, const JobMatcher& matcher);
 
+// What the daemon keeps of each process's command line: the host's
+// processes may each show a MiB of arguments that their forks share at no
+// cost to their owner, and a copy of each would be gigabytes here. The
+// match is made on all that was read (procfs's kMaxCmdlineBytes); kept are
+// its first kMaxKeptCmdlineBytes (logs, bundles; " ..." after a longer one)
+// and a digest of the whole, which tells two command lines apart (a forked
+// worker from an exec'd one, an exec from none).
+constexpr size_t kMaxKeptCmdlineBytes = 4096;
+
 struct ProcessEntry {
   int pid = 0, ppid = 0;
   uint64_t start_ticks = 0;  // /proc stat field 22: a reused pid is another process
-  std::string comm, cmdline;
-  std::string matched_by;  // "" when the selectors do not match it
+  std::string comm;
+  std::string cmdline;          // at most kMaxKeptCmdlineBytes (+ " ...")
+  uint64_t cmdline_digest = 0;  // of all that was read of it
+  bool cmdline_cut = false;     // longer than kMaxCmdlineBytes: matched on its first part
+  std::string matched_by;       // "" when the selectors do not match it
 };
+// Sets `e`'s command line fields from what was read of it.
+void keep_cmdline(ProcessEntry& e, const procfs::BoundedText& read);
+// Whether two entries have the same command line (digest and kept text).
+bool same_cmdline(const ProcessEntry& a, const ProcessEntry& b);
 
 // Every user process under proc_root (kernel threads skipped), with why it
 // matches. Processes that vanish while being read are skipped.

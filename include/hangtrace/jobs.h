@@ -90,6 +90,9 @@ struct DiscoveryResult {
   std::vector<int> pids;             // matching processes
   std::vector<std::string> reasons;  // why each matched, same order
   std::vector<int> stuck;            // memory reads that did not finish
+  // Processes whose command line was longer than procfs's kMaxCmdlineBytes
+  // and matched no --match in its first part: left out, to be said.
+  std::vector<int> cut_unmatched;
 };
 Result<DiscoveryResult> discover_training_processes(const procfs::ProcFs& proc,
                                                     const daemon::JobMatcher& selectors, int self_pid,

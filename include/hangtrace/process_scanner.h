@@ -60,7 +60,8 @@ class ProcessScanner {
  private:
   struct Known {
     uint64_t start_ticks = 0, start_stack = 0, arg_start = 0, arg_end = 0;
-    std::string comm, cmdline;
+    std::string comm;
+    ProcessEntry kept;  // its command line as keep_cmdline keeps it
     MatchInputs inputs;
     std::string matched_by;
   };

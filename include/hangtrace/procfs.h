@@ -100,8 +100,14 @@ struct FdInfo {
   std::optional<uint64_t> inode;       // "ino:"
   std::optional<uint64_t> eventfd_id;  // "eventfd-id:"
   std::optional<uint64_t> eventfd_count;
-  std::vector<EpollWatch> epoll;  // "tfd:" lines of an epoll fd
+  std::vector<EpollWatch> epoll;      // "tfd:" lines of an epoll fd, at most kMaxEpollWatches
+  size_t epoll_watches_left_out = 0;  // past kMaxEpollWatches, or past kMaxFdinfoBytes (then at least 1)
 };
+// An epoll fd's watch list is as long as its owner makes it (up to
+// RLIMIT_NOFILE registrations, ~100 bytes of fdinfo each): the first ones
+// are kept, the rest counted. A hang's wait is on a few.
+constexpr size_t kMaxEpollWatches = 4096;
+constexpr size_t kMaxFdinfoBytes = size_t{1} << 20;
 // Needs pos and flags; an epoll "tfd:" line that does not parse is an error.
 Result<FdInfo> parse_fdinfo(std::string_view text);
 
@@ -217,6 +223,14 @@ struct Schedstat {
 Result<Schedstat> parse_schedstat_fields(std::string_view text);
 
 // ---- /proc/PID/cmdline ------------------------------------------------------
+// The bounds of what ProcFs reads of a process's command line, environment
+// and cgroup list: a process may hold several MiB of arguments and
+// environment (ARG_MAX), and a cgroup path is at most PATH_MAX per
+// hierarchy. Well above what a job has, well below what would let one
+// process make hangtrace hold gigabytes.
+constexpr size_t kMaxCmdlineBytes = size_t{1} << 20;
+constexpr size_t kMaxEnvironBytes = size_t{4} << 20;
+constexpr size_t kMaxCgroupBytes = size_t{64} << 10;
 // NUL separators become spaces; the trailing NUL goes.
 std::string parse_cmdline(std::string_view text);
 
@@ -242,6 +256,14 @@ Result<uint64_t> parse_namespace_link(std::string_view link);
 // reads until EOF). Longer files are an error rather than silently cut.
 Result<std::string> read_text_file(const std::string& path, int* errno_out = nullptr,
                                    size_t max_bytes = size_t{256} << 20);
+// Text another user's process controls, kept to a bound: its first
+// `max_bytes`, and whether there was more (`cut`), which a caller says
+// rather than acting on a part as if it were the whole.
+struct BoundedText {
+  std::string text;
+  bool cut = false;
+};
+Result<BoundedText> read_text_prefix(const std::string& path, size_t max_bytes, int* errno_out = nullptr);
 Result<std::string> read_link(const std::string& path, int* errno_out = nullptr);
 // Numeric names in a directory (pids, tids, fds), sorted; bounded by max_entries.
 Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_out = nullptr,
@@ -297,9 +319,17 @@ class ProcFs {
   Result<ProcIo> thread_io(int pid, int tid, int* err = nullptr) const;
   Result<uint64_t> thread_schedstat(int pid, int tid, int* err = nullptr) const;
   Result<procfs::Schedstat> thread_schedstat_fields(int pid, int tid, int* err = nullptr) const;
-  Result<std::string> cmdline(int pid, int* err = nullptr) const;  // parse_cmdline'd, at most 1 MiB
-  Result<std::string> environ(int pid, int* err = nullptr) const;  // raw "K=V\0..." bytes, at most 4 MiB
+  // What a process's own memory or names control, each read to a bound
+  // (kMaxCmdlineBytes, kMaxEnvironBytes, kMaxCgroupBytes); the *_text forms
+  // say whether it was cut. A command line is parse_cmdline'd (cmdline()
+  // marks a cut one with a trailing " ..."); a cut environment or cgroup
+  // text ends at its last whole entry or line.
+  Result<BoundedText> cmdline_text(int pid, int* err = nullptr) const;
+  Result<std::string> cmdline(int pid, int* err = nullptr) const;
+  Result<BoundedText> environ_text(int pid, int* err = nullptr) const;
+  Result<std::string> environ(int pid, int* err = nullptr) const;  // raw "K=V\0..." bytes
   Result<std::string> comm(int pid, int* err = nullptr) const;
+  Result<BoundedText> cgroup_text(int pid, int* err = nullptr) const;
   Result<std::string> cgroup(int pid, int* err = nullptr) const;  // the raw text
   Result<std::string> limits(int pid, int* err = nullptr) const;  // the raw text
   Result<std::string> exe(int pid, int* err = nullptr) const;     // the link text
@@ -335,6 +365,12 @@ class ProcFs {
   // links resolved inside that root (openat2 RESOLVE_IN_ROOT), a regular
   // file only, at most kMaxResolvConfBytes.
   Result<ResolverConfig> resolv_conf(int pid, int* err = nullptr) const;
+  // A regular file at PATH (absolute) as `pid` sees it, opened for reading
+  // (the fd is the caller's): its links resolved inside ROOT/PID/root (a
+  // link the process planted cannot name one of hangtrace's own files), and
+  // anything but a regular file refused without waiting (a FIFO planted
+  // where a file was would block an open until a writer came).
+  Result<int> open_in_root(int pid, std::string_view path, int* err = nullptr) const;
 
   // ---- hangtrace itself (ROOT/self, ROOT/thread-self) ----
   Result<std::string> self_exe(int* err = nullptr) const;

@@ -71,6 +71,9 @@ std::string basename_of(std::string_view path);
 // A symbol as people read it: the version of a dynamic symbol
 // ("__libc_start_main@@GLIBC_2.34") dropped, a C++ name demangled, and, with
 // max_chars, names longer than that cut to max_chars ending in "...".
+// A mangled name longer than kMaxDemangledBytes is not demangled (the
+// demangler's recursion follows the name's nesting).
+constexpr size_t kMaxDemangledBytes = size_t{8} << 10;
 std::string demangle(std::string_view symbol, size_t max_chars = 0);
 
 // ---- errno and signals --------------------------------------------------------------

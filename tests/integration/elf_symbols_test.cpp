@@ -149,6 +149,27 @@ TEST(ElfSymbols, IndexPrefersGlobalAliasesAndKeepsSizelessSymbols) {
   EXPECT_STREQ(index.find(0x5008), "asm_no_size");
 }
 
+// A mapped file's symbols are the target's: a name past kMaxSymbolNameBytes
+// is kept cut, and past kMaxIndexedSymbols the rest are counted, not kept.
+TEST(ElfSymbols, AnIndexKeepsBoundedNamesAndCountsWhatItLeavesOut) {
+  Symbol s;
+  s.bind = STB_GLOBAL;
+  s.size = 1;
+  s.type = STT_FUNC;
+  s.section = 1;
+  SymbolIndex index;
+  const std::string long_name(elf::kMaxSymbolNameBytes * 4, 'n');
+  index.add(s, 0, long_name.c_str());
+  for (uint64_t i = 1; i < elf::kMaxIndexedSymbols + 10; ++i) index.add(s, i, "f");
+  EXPECT_EQ(index.size(), elf::kMaxIndexedSymbols);
+  EXPECT_EQ(index.left_out(), 10u);
+  EXPECT_LE(index.name_bytes(), elf::kMaxSymbolNameBytes + 1 + 2 * elf::kMaxIndexedSymbols);
+  index.finish();
+  ASSERT_NE(index.find(0), nullptr);
+  EXPECT_EQ(std::string(index.find(0)), long_name.substr(0, elf::kMaxSymbolNameBytes));
+  EXPECT_STREQ(index.find(elf::kMaxIndexedSymbols - 1), "f");
+}
+
 // A traced process controls what its paths hold: a FIFO must not block the
 // open, and nothing but a regular ELF file is read.
 TEST(ElfSymbols, WhatIsNotARegularElfFileIsRefused) {

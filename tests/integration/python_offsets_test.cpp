@@ -163,7 +163,8 @@ TEST(PythonDebugOffsets, ATableOfAnotherLayoutIsCaughtByItsCanaries) {
   EXPECT_FALSE(offsets_of(d).ok());
 }
 
-TEST(PythonDebugOffsets, A315Beta4TableGivesTheThreadsOwnGilWord) {
+// A 3.15.0b4 table: 3.14's, with the fields 3.15 added or moved.
+DebugOffsets315 table_315() {
   DebugOffsets315 d{};
   DebugOffsets314 base = table_314(0x030F00B4, false);
   std::memcpy(d.cookie, base.cookie, 8);
@@ -189,6 +190,11 @@ TEST(PythonDebugOffsets, A315Beta4TableGivesTheThreadsOwnGilWord) {
   d.gen_object = base.gen_object;
   d.llist_node = base.llist_node;
   d.debugger_support = base.debugger_support;
+  return d;
+}
+
+TEST(PythonDebugOffsets, A315Beta4TableGivesTheThreadsOwnGilWord) {
+  DebugOffsets315 d = table_315();
   auto o = offsets_of(d);
   ASSERT_TRUE(o.ok()) << o.error();
   EXPECT_EQ(o->tstate_native_thread_id, 208u);
@@ -199,6 +205,20 @@ TEST(PythonDebugOffsets, A315Beta4TableGivesTheThreadsOwnGilWord) {
   auto beta3 = offsets_of(d);
   ASSERT_FALSE(beta3.ok());
   EXPECT_EQ(beta3.error(), "the _Py_DebugOffsets of pre-release 3.15.0b3 differ from those of 3.15.0");
+}
+
+// The size of a string's header is read from the target's table and then
+// read from its memory: one larger than the string itself is refused as
+// inconsistent (it was allocated as asked: 2^60 bytes, and hangtrace died of
+// std::length_error).
+TEST(PythonDebugOffsets, AStringHeaderLargerThanTheStringIsInconsistent) {
+  for (uint64_t bad : {uint64_t{1} << 60, uint64_t{73}, uint64_t{16}}) {
+    DebugOffsets315 d = table_315();
+    d.unicode_object.compactunicodeobject_size = bad;
+    auto o = offsets_of(d);
+    ASSERT_FALSE(o.ok()) << bad;
+    EXPECT_NE(o.error().find("inconsistent"), std::string::npos) << o.error();
+  }
 }
 
 }  // namespace

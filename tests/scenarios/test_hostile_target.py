@@ -151,13 +151,21 @@ class HostileTarget(ScenarioTestCase):
             report, parsed, _ = runs[name]
             threads = threads_by_tid(parsed, pid)
             errors = {trap: (threads.get(marker[trap][0]) or {}).get("python_stack_error") or ""
-                      for trap in ("loop", "unmapped", "huge", "notcode")}
+                      for trap in ("loop", "unmapped", "huge", "notcode", "shims")}
             why = "%s: %s\n%s" % (name, errors, brief(report))
             # Each trap's thread has the error its own trap causes: the walk got there.
             self.assertIn("frame chain loops", errors["loop"], why)
             self.assertRegex(errors["unmapped"], r"cannot read frame at 0x[0-9a-f]+", why)
             self.assertIn("co_filename has length 1099511627776", errors["huge"], why)
             self.assertRegex(errors["notcode"], r"0x[0-9a-f]+ is not a code object", why)
+            self.assertIn("frame chain runs past 1024 frames, 0 of them Python's", errors["shims"], why)
+            # 2,000 code objects sharing a 1 MiB line table: each thread's
+            # 250 frames read, with their line, within the RSS bound
+            # (assertSoundRun) a copy of each decoded table would break.
+            for t in range(8):
+                shared = (threads.get(marker["shared%d" % t][0]) or {}).get("python_stack") or []
+                self.assertEqual(len(shared), 250, why)
+                self.assertEqual({(f.get("function"), f.get("line")) for f in shared}, {("shared_frame", 60)}, why)
             # 100,000 frames: a bounded stack of them, read.
             deep = (threads.get(marker["deep"][0]) or {}).get("python_stack") or []
             self.assertTrue(0 < len(deep) <= 1024, "%d deep frames\n%s" % (len(deep), why))

@@ -86,7 +86,7 @@ class DebianPackage(ScenarioTestCase):
         self.assertTrue(self.field("Maintainer"))
         # Computed from the libraries the binary links (dpkg-shlibdeps).
         depends = self.field("Depends")
-        for lib in ("libbpf1", "libelf1", "libdw1", "libc6"):
+        for lib in ("libbpf1", "libelf1", "libdw1", "libre2-9", "libc6"):
             self.assertRegex(depends, r"(^|, )%s\b" % lib, "Depends: %s" % depends)
 
     def test_extracted_binary_reports_the_build_version(self):

@@ -9,6 +9,7 @@
 
 #include "hangtrace/abi.h"
 #include "hangtrace/daemon.h"
+#include "hangtrace/procfs.h"
 #include "fake_proc.h"
 #include "temp_dir.h"
 
@@ -102,9 +103,86 @@ TEST(DaemonJobs, CgroupAndGpuSelectors) {
 }
 
 TEST(DaemonJobs, ABadRegexIsOneClearError) {
-  auto m = JobMatcher::make({{"train("}, {}, false});
-  ASSERT_FALSE(m);
-  EXPECT_EQ(m.error().rfind("failed to compile --match 'train(': ", 0), 0u) << m.error();
+  for (const char* bad : {"train(", R"((a)\1)", "train(?=x)"}) {
+    auto m = JobMatcher::make({{"ok", bad}, {}, false});
+    ASSERT_FALSE(m) << bad;
+    EXPECT_EQ(m.error().rfind(std::string("failed to compile --match '") + bad + "': ", 0), 0u) << m.error();
+  }
+}
+
+// Issue 34: a process of another user whose command line is over
+// kMaxCmdlineBytes (~1.1 MiB, train.py at its end). The match is made on its
+// first MiB and says so; a pattern whose match lies past the cut does not
+// match (what was cut off is not matched on, and the CLI and daemon say
+// it); what is kept of each command line is bounded, and two command lines
+// equal in their kept part but not beyond are told apart.
+TEST(DaemonJobs, ACommandLinePastTheBoundIsMatchedOnItsFirstPartAndKeptShort) {
+  FakeProc proc;
+  std::vector<std::string> huge = {"/usr/bin/python3", "x.py"};
+  for (int i = 0; i < 11; ++i) huge.push_back(std::string(100 * 1000, 'a' + i));
+  huge.push_back("train.py");
+  proc.add(1, 0, "systemd", {"/sbin/init"});
+  proc.add(50, 1, "python3", huge);
+  proc.add(51, 50, "python3", huge);  // forked: the same command line
+  std::vector<std::string> other = huge;
+  // Exec'd into another program: the same first 4 KiB (what is kept), not
+  // the same first MiB (what the digest covers; command lines equal in it
+  // are one to the daemon).
+  other[2] = std::string(50 * 1000, 'a') + std::string(50 * 1000, 'z');
+  proc.add(52, 50, "python3", other);
+  for (const char* pattern : {R"(python.*train\.py)", R"(.*train\.py)", R"(train\.py$)"}) {
+    auto procs = scan_processes(proc.root, matcher({{pattern}, {}, false}));
+    ASSERT_TRUE(procs) << procs.error();
+    for (const auto& p : *procs) {
+      if (p.pid == 1) continue;
+      EXPECT_TRUE(p.cmdline_cut) << p.pid;
+      EXPECT_EQ(p.matched_by, "") << pattern;
+      EXPECT_LE(p.cmdline.size(), kMaxKeptCmdlineBytes + 4);
+      EXPECT_TRUE(p.cmdline.ends_with(" ...")) << p.cmdline.substr(p.cmdline.size() - 20);
+    }
+  }
+  auto procs = scan_processes(proc.root, matcher({{R"(^/usr/bin/python3 x\.py a+)"}, {}, false}));
+  ASSERT_TRUE(procs) << procs.error();
+  std::map<int, const ProcessEntry*> by_pid;
+  for (const auto& p : *procs) by_pid[p.pid] = &p;
+  ASSERT_EQ(by_pid.size(), 4u);
+  EXPECT_EQ(by_pid[50]->matched_by, R"(cmdline ~ '^/usr/bin/python3 x\.py a+' (in its first 1 MiB))");
+  EXPECT_TRUE(same_cmdline(*by_pid[50], *by_pid[51]));
+  EXPECT_EQ(by_pid[50]->cmdline, by_pid[52]->cmdline);   // the kept part is the same...
+  EXPECT_FALSE(same_cmdline(*by_pid[50], *by_pid[52]));  // ... the command lines are not
+  // The worker forked from it is in its job; the exec'd child is a job of its own.
+  EXPECT_EQ(job_roots(*procs), (std::vector<int>{52}));
+}
+
+TEST(DaemonJobs, ACommandLineAtTheBoundIsWholeAndOnePastItIsCut) {
+  FakeProc proc;
+  // "python3\0" and the argument's NUL: kMaxCmdlineBytes bytes on disk, then one more.
+  proc.add(60, 1, "python3", {"python3", std::string(procfs::kMaxCmdlineBytes - 9, 'x')});
+  proc.add(61, 1, "python3", {"python3", std::string(procfs::kMaxCmdlineBytes - 8, 'x')});
+  auto procs = scan_processes(proc.root, matcher({{"x$"}, {}, false}));
+  ASSERT_TRUE(procs) << procs.error();
+  ASSERT_EQ(procs->size(), 2u);
+  EXPECT_FALSE((*procs)[0].cmdline_cut);
+  EXPECT_EQ((*procs)[0].matched_by, "cmdline ~ 'x$'");
+  EXPECT_TRUE((*procs)[1].cmdline_cut);
+  EXPECT_EQ((*procs)[1].matched_by, "cmdline ~ 'x$' (in its first 1 MiB)");
+}
+
+// A cgroup text past kMaxCgroupBytes is matched on its whole lines before
+// the cut; a line past it is not seen.
+TEST(DaemonJobs, ACgroupTextPastTheBoundIsMatchedOnItsWholeLines) {
+  FakeProc proc;
+  std::string lines;
+  for (int i = 0; lines.size() < procfs::kMaxCgroupBytes; ++i)
+    lines += std::to_string(i) + "::/user.slice/" + std::string(100, 'c') + "\n";
+  proc.add(70, 1, "python3", {"python3", "a.py"}, "0::/kubepods/early\n" + lines);
+  proc.add(71, 1, "python3", {"python3", "b.py"}, lines + "0::/kubepods/late\n");
+  auto procs = scan_processes(proc.root, matcher({{}, {"/kubepods/"}, false}));
+  ASSERT_TRUE(procs) << procs.error();
+  std::map<int, std::string> why;
+  for (const auto& p : *procs) why[p.pid] = p.matched_by;
+  EXPECT_EQ(why[70], "cgroup /kubepods/early");
+  EXPECT_EQ(why[71], "");
 }
 
 TEST(DaemonIncidents, WhichDeathsAreBundled) {

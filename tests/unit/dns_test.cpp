@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -175,6 +176,31 @@ TEST(ResolvConf, NotARegularFileIsAnErrorNotAHang) {
   auto c = r.proc().resolv_conf(42, &err);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().find("not a regular file"), std::string::npos) << c.error();
+}
+
+// The opener under resolv_conf, for any file of the process's (native
+// stacks open its libraries through it): a FIFO put where a library was is
+// refused at once (EINVAL), and a link resolves inside the process's root.
+TEST(OpenInRoot, AFifoIsRefusedAtOnceAndALinkStaysInsideTheRoot) {
+  FakeRoot r;
+  std::filesystem::create_directories(r.root / "lib");
+  ASSERT_EQ(mkfifo((r.root / "lib" / "libevil.so").c_str(), 0600), 0);
+  int err = 0;
+  auto fifo = r.proc().open_in_root(42, "/lib/libevil.so", &err);
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_EQ(err, EINVAL);
+  std::ofstream(r.root / "lib" / "libreal.so") << "ELF?";
+  std::filesystem::create_symlink("/lib/libreal.so", r.root / "lib" / "liblink.so");
+  std::filesystem::create_symlink("../../../../../../../etc/passwd", r.root / "lib" / "libup.so");
+  auto link = r.proc().open_in_root(42, "/lib/liblink.so", &err);
+  ASSERT_TRUE(link.ok()) << link.error();
+  char buf[8] = {};
+  EXPECT_EQ(read(*link, buf, sizeof buf), 4);
+  EXPECT_STREQ(buf, "ELF?");
+  close(*link);
+  // Dot-dots stop at the process's root: its /etc/passwd (none), not ours.
+  EXPECT_FALSE(r.proc().open_in_root(42, "/lib/libup.so", &err).ok());
+  EXPECT_EQ(err, ENOENT);
 }
 
 TEST(ResolvConf, ALargeFileIsReadUpToTheBound) {

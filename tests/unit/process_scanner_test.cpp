@@ -239,5 +239,27 @@ TEST(ProcessScanner, CgroupAndGpuSelectorsAreMatchedAgainWhenThoseChange) {
   EXPECT_EQ(after->front().matched_by, "cgroup /kubepods/pod-a/c1");
 }
 
+// The scanner keeps kMaxKeptCmdlineBytes of each command line, not the MiB
+// a process may show: one rewritten in place past that part (setproctitle)
+// is told by its digest and matched again on what is read.
+TEST(ProcessScanner, KeepsAShortPartOfEachCommandLineAndSeesChangesPastIt) {
+  FakeProc proc;
+  const std::string pad(8 * 1024, 'p');
+  proc.add(50, 1, "python3", {"python3", pad, "idle.py"});
+  const JobMatcher m = matcher({{R"(train\.py$)"}, {}, false});
+  ProcessScanner scanner(proc.root.string(), m, 1);  // every scan reads every command line
+  auto before = scanner.scan();
+  ASSERT_TRUE(before) << before.error();
+  ASSERT_EQ(before->size(), 1u);
+  EXPECT_EQ(before->front().matched_by, "");
+  EXPECT_LE(before->front().cmdline.size(), kMaxKeptCmdlineBytes + 4);
+  write_cmdline(proc, 50, {"python3", pad, "train.py"});
+  auto after = scanner.scan();
+  ASSERT_TRUE(after) << after.error();
+  EXPECT_EQ(after->front().cmdline, before->front().cmdline);  // the kept part is the same
+  EXPECT_NE(after->front().cmdline_digest, before->front().cmdline_digest);
+  EXPECT_EQ(after->front().matched_by, R"(cmdline ~ 'train\.py$')");
+}
+
 }  // namespace
 }  // namespace hangtrace::daemon

@@ -93,6 +93,69 @@ TEST(ProcfsReaders, FakeRootWithFixtures) {
   EXPECT_NE(status.error().find("/6968/status"), std::string::npos);
 }
 
+// What a process controls is read to a bound and said cut (issue 34): a
+// command line, an environment (to its last whole entry), a cgroup list (to
+// its last whole line), an epoll's watch list (to the bound, then counted).
+TEST(ProcfsReaders, TextATargetControlsIsReadToItsBoundAndSaidCut) {
+  hangtrace::testing::TempDir dir("ht-procfs-bounds");
+  const std::string pid_dir = dir.file("7");
+  std::filesystem::create_directories(pid_dir + "/fdinfo");
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+  };
+  ProcFs proc(dir.path.string());
+
+  write(pid_dir + "/cmdline", std::string("python3\0train.py\0", 17));
+  auto whole = proc.cmdline_text(7);
+  ASSERT_TRUE(whole.ok()) << whole.error();
+  EXPECT_EQ(whole->text, "python3 train.py");
+  EXPECT_FALSE(whole->cut);
+  write(pid_dir + "/cmdline", std::string(kMaxCmdlineBytes, 'a') + '\0');  // the NUL is past the bound
+  auto cut = proc.cmdline_text(7);
+  ASSERT_TRUE(cut.ok()) << cut.error();
+  EXPECT_TRUE(cut->cut);
+  EXPECT_EQ(cut->text.size(), kMaxCmdlineBytes);
+
+  std::string environ = "RANK=3\0";
+  while (environ.size() < kMaxEnvironBytes) environ += "PAD=" + std::string(1000, 'p') + '\0';
+  environ += "WORLD_SIZE=8\0";
+  write(pid_dir + "/environ", environ);
+  auto env = proc.environ_text(7);
+  ASSERT_TRUE(env.ok()) << env.error();
+  EXPECT_TRUE(env->cut);
+  EXPECT_LE(env->text.size(), kMaxEnvironBytes);
+  EXPECT_EQ(env->text.back(), '\0');  // whole entries only
+  EXPECT_EQ(env->text.find("WORLD_SIZE"), std::string::npos);
+  EXPECT_EQ(env->text.rfind("RANK=3", 0), 0u);
+
+  std::string cgroup;
+  while (cgroup.size() < kMaxCgroupBytes) cgroup += "0::/" + std::string(200, 'c') + "\n";
+  write(pid_dir + "/cgroup", cgroup);
+  auto cg = proc.cgroup_text(7);
+  ASSERT_TRUE(cg.ok()) << cg.error();
+  EXPECT_TRUE(cg->cut);
+  EXPECT_EQ(cg->text.back(), '\n');
+  EXPECT_EQ(cg->text.size() % 205, 0u);
+
+  std::string fdinfo = "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t1038\n";
+  for (int fd = 0; fd < 5000; ++fd)
+    fdinfo += "tfd: " + std::to_string(fd) + " events: 19 data: 3  pos:0 ino:2208 sdev:f\n";
+  write(pid_dir + "/fdinfo/9", fdinfo);
+  auto info = proc.fdinfo(7, 9);
+  ASSERT_TRUE(info.ok()) << info.error();
+  EXPECT_EQ(info->epoll.size(), kMaxEpollWatches);
+  EXPECT_EQ(info->epoll_watches_left_out, 5000 - kMaxEpollWatches);
+  EXPECT_EQ(info->epoll.back().target_fd, static_cast<int>(kMaxEpollWatches) - 1);
+  // Past the byte bound: cut at a line, at least one left out.
+  std::string huge = "pos:\t0\nflags:\t02\n";
+  while (huge.size() < kMaxFdinfoBytes + 4096) huge += "tfd: 1 events: 19 data: 3  pos:0 ino:2208 sdev:f\n";
+  write(pid_dir + "/fdinfo/10", huge);
+  auto big = proc.fdinfo(7, 10);
+  ASSERT_TRUE(big.ok()) << big.error();
+  EXPECT_EQ(big->epoll.size(), kMaxEpollWatches);
+  EXPECT_GT(big->epoll_watches_left_out, 0u);
+}
+
 TEST(ProcfsReaders, LinksIdentitiesAndPathsUnderAFakeRoot) {
   // ROOT/42 with its links, ROOT/self and ROOT/thread-self, all by hand.
   hangtrace::testing::TempDir dir("ht-procfs-root");

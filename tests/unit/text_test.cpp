@@ -65,6 +65,19 @@ TEST(Text, Demangle) {
   EXPECT_EQ(demangle("_ZN3foo3barEv", 8), "foo::...");
 }
 
+// A symbol name is the target's: one nested past any real name (1 MiB of
+// pointer-to) is shown cut, not handed to the recursive demangler; a long
+// one under the bound (400 parameters; libstdc++'s demangler has its own
+// bound near 512) is still demangled.
+TEST(Text, DemangleLeavesANamePastTheBoundAsItIs) {
+  const std::string nested = "_Z1fP" + std::string(size_t{1} << 20, 'P') + "v";
+  EXPECT_EQ(demangle(nested, 200), nested.substr(0, 197) + "...");
+  std::string wide = "_Z1f";
+  for (int i = 0; i < 400; ++i) wide += "Pi";
+  ASSERT_LT(wide.size(), kMaxDemangledBytes);
+  EXPECT_EQ(demangle(wide, 12), "f(int*, i...");
+}
+
 TEST(Text, ErrnoAndSignals) {
   EXPECT_EQ(errno_text(2), "No such file or directory");
   EXPECT_EQ(errno_text(-2), "No such file or directory") << "libbpf's negated errno";

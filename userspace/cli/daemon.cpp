@@ -55,9 +55,10 @@ bool Daemon::runs_file(const daemon::ProcessEntry& p, const procfs::FileId& file
     std::erase_if(exe_seen_, [&](const auto& kv) { return !proc_.stat(kv.first); });
   // A new image (exec) is a new command line; a reused pid a new start time.
   auto it = exe_seen_.find(p.pid);
-  if (it == exe_seen_.end() || it->second.start_ticks != p.start_ticks || it->second.cmdline != p.cmdline) {
+  if (it == exe_seen_.end() || it->second.start_ticks != p.start_ticks ||
+      it->second.cmdline_digest != p.cmdline_digest) {
     auto exe = proc_.exe_file(p.pid);
-    it = exe_seen_.insert_or_assign(p.pid, ExeSeen{p.start_ticks, p.cmdline, std::nullopt}).first;
+    it = exe_seen_.insert_or_assign(p.pid, ExeSeen{p.start_ticks, p.cmdline_digest, std::nullopt}).first;
     if (exe) it->second.exe = *exe;
   }
   return it->second.exe == file;

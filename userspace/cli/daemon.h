@@ -173,10 +173,16 @@ class Daemon {
   bool runs_file(const daemon::ProcessEntry& p, const procfs::FileId& file);
   struct ExeSeen {
     uint64_t start_ticks = 0;
-    std::string cmdline;
+    uint64_t cmdline_digest = 0;
     std::optional<procfs::FileId> exe;
   };
   std::map<int, ExeSeen> exe_seen_;  // pid -> its executable, as runs_file last read it
+  // Processes whose command line was too long to match whole and that
+  // matched no --match: each said once (pid -> start), the first few at the
+  // default verbosity, the rest at -v (another user may start thousands).
+  void say_cut_cmdlines(const std::vector<daemon::ProcessEntry>& processes);
+  std::map<int, uint64_t> cut_said_;
+  size_t cut_lines_ = 0;
   void log(int level, const std::string& line) const;
 
   DaemonOptions options_;

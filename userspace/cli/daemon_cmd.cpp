@@ -58,7 +58,8 @@ Subcommand add_daemon_subcommand(CLI::App& parent) {
       "always-on fleet mode: track every matching job, write a postmortem bundle when one hangs or a process "
       "of it is OOM-killed, dies of SIGBUS or exits abnormally; Prometheus metrics on /metrics");
   app->add_option("--match", o->selectors.cmdline_patterns,
-                  "track processes whose command line matches this regex (repeatable), e.g. 'train\\.py'");
+                  "track processes whose command line (its first 1 MiB) matches this regex (RE2 syntax; "
+                  "repeatable), e.g. 'train\\.py'");
   app->add_option("--cgroup", o->selectors.cgroup_prefixes,
                   "track processes in a cgroup whose path starts with this (repeatable), e.g. /kubepods");
   app->add_flag("--gpu", o->selectors.gpu, "track processes holding an NVIDIA GPU open (/dev/nvidiaN)");

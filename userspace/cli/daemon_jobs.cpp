@@ -14,6 +14,8 @@
 #include <fstream>
 
 #include "hangtrace/bundle.h"
+#include "hangtrace/procfs.h"
+#include "hangtrace/text.h"
 #include "process_meta.h"
 #include "task_iter.h"
 
@@ -114,6 +116,26 @@ std::string identity_pass_mismatch(const procfs::ProcFs& proc) {
   return "does not see this process under its pid here (another pid namespace)";
 }
 
+void Daemon::say_cut_cmdlines(const std::vector<daemon::ProcessEntry>& processes) {
+  if (!matcher_->wants_cmdline()) return;
+  constexpr size_t kSaidAtDefault = 5;
+  std::map<int, uint64_t> still;
+  for (const auto& p : processes) {
+    if (!p.cmdline_cut || !p.matched_by.empty()) continue;
+    still[p.pid] = p.start_ticks;
+    auto said = cut_said_.find(p.pid);
+    if (said != cut_said_.end() && said->second == p.start_ticks) continue;
+    log(cut_lines_ < kSaidAtDefault ? 0 : 1,
+        fmt::format(
+            "pid {} ({}): its command line is longer than {}; --match searched its first {} only and did "
+            "not match{}",
+            p.pid, p.comm, format_bytes(procfs::kMaxCmdlineBytes), format_bytes(procfs::kMaxCmdlineBytes),
+            cut_lines_ + 1 == kSaidAtDefault ? " (more such processes are said at -v)" : ""));
+    ++cut_lines_;
+  }
+  cut_said_ = std::move(still);
+}
+
 void Daemon::scan() {
   uint64_t started = now_ns();
   auto processes = scanner_->scan();
@@ -123,6 +145,7 @@ void Daemon::scan() {
     log(0, processes.error());
     return;
   }
+  say_cut_cmdlines(*processes);
   std::map<int, uint64_t> start_of;
   std::map<int, int> parent_of;
   for (const auto& p : *processes) {

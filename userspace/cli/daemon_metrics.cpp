@@ -88,6 +88,10 @@ std::unique_ptr<DaemonMetrics> DaemonMetrics::make(const std::string& kernel) {
                           .Name("hangtrace_daemon_scan_seconds")
                           .Help("How long the last scan for new jobs took")
                           .Register(r);
+  m->scans_ = &BuildCounter()
+                   .Name("hangtrace_daemon_scans_total")
+                   .Help("Scans for new jobs made: one that stops rising is a daemon no longer watching")
+                   .Register(r);
   // Series an alert takes increase() of exist from the start, at 0.
   for (const char* how : {"oom-kill", "signal", "exit-nonzero"}) m->deaths_->Add({{"how", how}});
   for (const char* trigger : {"hang", "oom-kill", "sigbus", "abnormal-exit", "on-demand"})
@@ -178,7 +182,10 @@ void DaemonMetrics::set_self_usage(double cpu_seconds, double resident_bytes) {
   rss_->Add({}).Set(resident_bytes);
 }
 
-void DaemonMetrics::scan_took(double seconds) { scan_seconds_->Add({}).Set(seconds); }
+void DaemonMetrics::scan_took(double seconds) {
+  scan_seconds_->Add({}).Set(seconds);
+  scans_->Add({}).Increment();
+}
 
 void DaemonMetrics::set_exact_hooks(bool attached, uint64_t attachments) {
   exact_hooks_->Add({}).Set(attached ? 1 : 0);

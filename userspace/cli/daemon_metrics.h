@@ -72,6 +72,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* cpu_ = nullptr;
   prometheus::Family<prometheus::Gauge>* rss_ = nullptr;
   prometheus::Family<prometheus::Gauge>* scan_seconds_ = nullptr;
+  prometheus::Family<prometheus::Counter>* scans_ = nullptr;
   prometheus::Family<prometheus::Gauge>* recorder_ = nullptr;
   prometheus::Family<prometheus::Gauge>* exact_hooks_ = nullptr;
   prometheus::Family<prometheus::Counter>* exact_attachments_ = nullptr;

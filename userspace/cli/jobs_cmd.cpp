@@ -10,6 +10,8 @@
 
 #include "diagnose.h"
 #include "hangtrace/jobs.h"
+#include "hangtrace/procfs.h"
+#include "hangtrace/text.h"
 #include "privileges.h"
 #include "subcommands.h"
 
@@ -80,6 +82,24 @@ std::optional<std::vector<int>> discovered_pids(const procfs::ProcFs& proc, cons
         "hangtrace: pid %d left out of the search: reading its memory map blocked (a thread of it "
         "probably holds its mmap_lock while stuck in the kernel); name it with --pid to examine it\n",
         pid);
+  if (opt.verbosity >= 1)
+    for (size_t i = 0; i < found->pids.size(); ++i)
+      std::fprintf(stderr, "hangtrace: pid %d picked: %s\n", found->pids[i],
+                   terminal_escape(found->reasons[i]).c_str());
+  // Said, not silently left out; a few by pid (another user's processes
+  // could be many), the rest counted.
+  constexpr size_t kCutNamed = 5;
+  for (size_t i = 0; i < found->cut_unmatched.size() && i < kCutNamed; ++i)
+    std::fprintf(
+        stderr,
+        "hangtrace: pid %d: its command line is longer than %s; --match searched its first %s only and "
+        "did not match\n",
+        found->cut_unmatched[i], format_bytes(procfs::kMaxCmdlineBytes).c_str(),
+        format_bytes(procfs::kMaxCmdlineBytes).c_str());
+  if (found->cut_unmatched.size() > kCutNamed)
+    std::fprintf(stderr,
+                 "hangtrace: %zu more processes with a command line longer than %s did not match --match\n",
+                 found->cut_unmatched.size() - kCutNamed, format_bytes(procfs::kMaxCmdlineBytes).c_str());
   if (found->pids.empty()) {
     if (selectors.empty())
       fail(

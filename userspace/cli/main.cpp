@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
       "diagnose each --pid with its descendants only, not the whole job it belongs to (one rank of a "
       "multi-host job, as each host's hangtrace sees it)");
   app.add_option("--match", opt.match_patterns,
-                 "without --pid: the jobs whose command line matches REGEX (ECMAScript), not every "
-                 "training job; repeatable");
+                 "without --pid: the jobs whose command line (its first 1 MiB) matches REGEX (RE2 syntax: "
+                 "no backreferences or lookarounds), not every training job; repeatable");
   app.add_option("--cgroup", opt.cgroup_paths,
                  "without --pid: the jobs in the cgroup PATH (as /proc/PID/cgroup shows it, e.g. "
                  "/kubepods/burstable/pod...); repeatable");

@@ -190,12 +190,18 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     } else if (*cmdline) {
       p.cmdline = **cmdline;
       // The same lock as cmdline, which just came free.
-      if (auto environ_bytes = proc_.environ(id)) {
-        RankIdentity identity = parse_rank_environment(*environ_bytes);
+      if (auto environ = proc_.environ_text(id)) {
+        const std::string& environ_bytes = environ->text;
+        if (environ->cut)
+          limitation(fmt::format(
+              "environment of {} read in part: it is longer than {}, and a rank or job "
+              "variable after its first {} was not seen",
+              pid, format_bytes(procfs::kMaxEnvironBytes), format_bytes(procfs::kMaxEnvironBytes)));
+        RankIdentity identity = parse_rank_environment(environ_bytes);
         p.rank = identity.rank;
         p.world_size = identity.world_size;
         p.local_rank = identity.local_rank;
-        JobIdentity job = job_identity(*environ_bytes, p.cmdline);
+        JobIdentity job = job_identity(environ_bytes, p.cmdline);
         p.job_id = std::move(job.id);
         p.job_id_source = std::move(job.source);
       }

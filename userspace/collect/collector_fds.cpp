@@ -36,6 +36,10 @@ void Collector::collect_fds(ProcessInfo& p) {
       e.pos = info->pos;
       e.eventfd_id = info->eventfd_id;
       e.epoll = std::move(info->epoll);
+      if (info->epoll_watches_left_out)
+        limitation(
+            fmt::format("epoll fd {} of {} watches more than {} fds: the rest of its watch list was not read",
+                        fd, p.pid, e.epoll.size()));
       if (e.inode == 0 && info->inode) e.inode = *info->inode;
       if (info->mnt_id) e.mnt_id = *info->mnt_id;
     }

@@ -174,9 +174,14 @@ std::string hex(const unsigned char* bytes, size_t len) {
 void SymbolIndex::add(const Symbol& sym, uint64_t start, const char* name) {
   if (!name || !*name || !sym.defined()) return;
   if (!sym.is_function() && sym.type != STT_NOTYPE) return;
+  const size_t length = strnlen(name, kMaxSymbolNameBytes);
+  if (entries_.size() >= kMaxIndexedSymbols || names_.size() + length + 1 > kMaxIndexedNameBytes) {
+    ++left_out_;
+    return;
+  }
   uint8_t rank = sym.bind == STB_GLOBAL ? 2 : sym.bind == STB_WEAK ? 1 : 0;
   entries_.push_back({start, sym.size, static_cast<uint32_t>(names_.size()), rank});
-  names_.append(name);
+  names_.append(name, length);
   names_.push_back('\0');
 }
 

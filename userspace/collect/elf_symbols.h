@@ -90,6 +90,15 @@ std::string hex(const unsigned char* bytes, size_t len);
 // where dwfl_module_addrinfo scans the whole table each time (~1.5 ms for a
 // static function of python3.11, far more in libtorch_cpu.so). Names are
 // copied, so the index needs no file or Dwfl to stay open.
+// A mapped file's symbols are as many and as long as its writer made them
+// (every entry may name one long string): an index keeps at most
+// kMaxIndexedSymbols, their names cut at kMaxSymbolNameBytes and together at
+// most kMaxIndexedNameBytes. A real library (libtorch_cpu: ~10^6 symbols,
+// ~200 MB of names) fits.
+constexpr size_t kMaxIndexedSymbols = size_t{4} << 20;
+constexpr size_t kMaxSymbolNameBytes = size_t{16} << 10;
+constexpr size_t kMaxIndexedNameBytes = size_t{512} << 20;
+
 class SymbolIndex {
  public:
   // A defined, named FUNC, GNU_IFUNC or NOTYPE symbol at `start` (its ELF
@@ -107,6 +116,9 @@ class SymbolIndex {
   // nullptr when none.
   const char* find(uint64_t addr) const;
   size_t size() const { return entries_.size(); }
+  size_t name_bytes() const { return names_.size(); }
+  // Symbols left out by the bounds above.
+  size_t left_out() const { return left_out_; }
 
  private:
   struct Entry {
@@ -117,6 +129,7 @@ class SymbolIndex {
   };
   std::vector<Entry> entries_;
   std::string names_;
+  size_t left_out_ = 0;
 };
 
 }  // namespace hangtrace::elf

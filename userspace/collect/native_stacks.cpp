@@ -50,9 +50,13 @@ thread_local pid_t t_current_pid = 0;
 int find_elf(Dwfl_Module* mod, void** userdata, const char* module_name, Dwarf_Addr base, char** file_name,
              Elf** elfp) {
   if (module_name && module_name[0] == '/' && t_current_pid > 0) {
-    std::string path = procfs::ProcFs().root_path(t_current_pid, module_name);
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    int err = 0;
+    auto opened = procfs::ProcFs().open_in_root(t_current_pid, module_name, &err);
+    // Something there that is no regular file (a FIFO put where the library
+    // was): not opened again by path below, where it would block.
+    if (!opened && err == EINVAL) return -1;
+    if (opened) {
+      const int fd = *opened;
       // Mapped whole, then the fd closed: cached Dwfls would otherwise hold
       // one fd per module for as long as hangtrace runs.
       Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);

@@ -2,12 +2,14 @@
 
 #include <string_view>
 
+#include "hangtrace/daemon.h"
+
 namespace hangtrace {
 namespace {
 
 // A cgroup control file's limit ("max" and v1's huge "no limit" are none).
 std::optional<uint64_t> read_limit(const std::string& path) {
-  auto text = procfs::read_text_file(path);
+  auto text = procfs::read_text_file(path, nullptr, 64);  // a number, or "max"
   if (!text || text->empty() || text->rfind("max", 0) == 0) return std::nullopt;
   try {
     uint64_t v = std::stoull(*text);
@@ -28,6 +30,10 @@ ProcessMeta read_process_meta(int pid, const procfs::ProcFs& proc, const std::st
   if (auto cmdline = proc.cmdline(pid)) m.cmdline = std::move(*cmdline);
   // Trailing blanks go as well: the last argument's, like the NULs after it.
   while (!m.cmdline.empty() && m.cmdline.back() == ' ') m.cmdline.pop_back();
+  // Kept for every process a traced job forks, whose forks share a MiB of
+  // arguments at no cost to their owner: what is shown of it, cut.
+  if (m.cmdline.size() > daemon::kMaxKeptCmdlineBytes)
+    m.cmdline = m.cmdline.substr(0, daemon::kMaxKeptCmdlineBytes) + " ...";
   if (auto ns = proc.namespace_inode(pid, "mnt")) m.mount_ns = *ns;
   bool v2 = false;
   auto cgroup = proc.cgroup(pid);

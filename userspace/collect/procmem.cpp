@@ -3,6 +3,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
@@ -28,6 +29,9 @@ ssize_t read_once(int pid, uint64_t address, void* buffer, size_t length) {
 }  // namespace
 
 Result<std::vector<uint8_t>> read_process_memory(int pid, uint64_t address, size_t length) {
+  if (length > kMaxProcessReadBytes)
+    return make_error(fmt::format("failed to read {} bytes at {:#x} in {}: more than the {} one read takes",
+                                  length, address, pid, kMaxProcessReadBytes));
   std::vector<uint8_t> out(length);
   if (length == 0) return out;
   if (address == 0) return make_error("failed to read process memory: NULL address");
@@ -44,6 +48,7 @@ Result<std::vector<uint8_t>> read_process_memory(int pid, uint64_t address, size
 std::vector<uint8_t> read_process_memory_prefix(int pid, uint64_t address, size_t length) {
   std::vector<uint8_t> out;
   if (address == 0 || length == 0) return out;
+  length = std::min(length, kMaxProcessReadBytes);
   out.resize(length);
   ssize_t n = read_once(pid, address, out.data(), length);
   if (n < 0) {

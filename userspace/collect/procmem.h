@@ -12,10 +12,17 @@
 
 namespace hangtrace {
 
-// Exactly `length` bytes from `address` in `pid`, or an error.
+// The most one read takes: a length comes from the target's own data (a
+// count, an offset table), and the buffer is allocated before the read. The
+// largest read hangtrace means to make is the 16 MiB of a runtime scan.
+constexpr size_t kMaxProcessReadBytes = size_t{16} << 20;
+
+// Exactly `length` bytes from `address` in `pid`, or an error (also for a
+// length over kMaxProcessReadBytes).
 Result<std::vector<uint8_t>> read_process_memory(int pid, uint64_t address, size_t length);
 
-// As many bytes as are readable from `address`, up to `length`: a range that
+// As many bytes as are readable from `address`, up to `length` (at most
+// kMaxProcessReadBytes): a range that
 // runs into an unmapped page yields the part before it (possibly nothing).
 std::vector<uint8_t> read_process_memory_prefix(int pid, uint64_t address, size_t length);
 

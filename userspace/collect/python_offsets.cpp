@@ -313,8 +313,13 @@ Result<PyOffsets> offsets_from_table(const Table& d, int major, int minor) {
   o.unicode_ascii_data = un.asciiobject_size;
   // PyCompactUnicodeObject adds utf8_length and utf8 to the ASCII header.
   o.unicode_compact_data = un.asciiobject_size + 16;
-  if constexpr (requires { un.compactunicodeobject_size; })
+  if constexpr (requires { un.compactunicodeobject_size; }) {
+    // Read as a string's header: inside the object it describes.
+    if (un.compactunicodeobject_size < un.asciiobject_size || un.compactunicodeobject_size > un.size)
+      return make_error(
+          "_Py_DebugOffsets is inconsistent (its compact string header is larger than the string)");
     o.unicode_compact_data = un.compactunicodeobject_size;
+  }
   if (o.free_threaded && minor >= 14) {
     // Include/cpython/unicodeobject.h, Py_GIL_DISABLED: `unsigned char
     // interned; unsigned int kind:3, compact:1, ascii:1, ...`.

@@ -96,7 +96,12 @@ const CodeInfo& Walker::code(uint64_t addr) {
     failed_ = std::move(info);
     return failed_;
   }
-  if (codes_.size() > 65536) codes_.clear();
+  const size_t bytes = info.linetable.size() + info.function.size() + info.file.size() + sizeof(CodeInfo);
+  if (codes_.size() > 65536 || codes_bytes_ + bytes > kMaxCodeCacheBytes) {
+    codes_.clear();
+    codes_bytes_ = 0;
+  }
+  codes_bytes_ += bytes;
   return codes_[addr] = std::move(info);
 }
 
@@ -210,6 +215,9 @@ Result<std::vector<UserFrame>> Walker::stack(const std::vector<uint8_t>& tstate)
   std::unordered_set<uint64_t> visited;
   while (frame != 0) {
     if (frames.size() >= kMaxFrames) break;  // deep recursion: keep the innermost
+    if (visited.size() >= kMaxFrameHops)     // no real stack: shim frames without end
+      return make_error(
+          fmt::format("frame chain runs past {} frames, {} of them Python's", kMaxFrameHops, frames.size()));
     if (!visited.insert(frame).second) return make_error("frame chain loops");
     auto f = read(frame, o_.frame_read_size, "frame");
     if (!f) return make_error(f.error());

@@ -23,6 +23,13 @@ namespace python {
 constexpr size_t kMaxFrames = 256;
 constexpr size_t kMaxStringChars = 1024;
 constexpr size_t kMaxLineTableBytes = 1 << 20;
+// Frames stepped through in one stack, shim and entry frames included (a
+// real stack has at most one such frame per Python frame).
+constexpr size_t kMaxFrameHops = 4 * kMaxFrames;
+// The decoded code objects a walker keeps, by their names' and line tables'
+// bytes: many code objects of a target may share one 1 MiB line table, each
+// decoded copy is ours.
+constexpr size_t kMaxCodeCacheBytes = size_t{64} << 20;
 
 // A code object as a frame shows it.
 struct CodeInfo {
@@ -85,6 +92,7 @@ class Walker {
   const MemoryReader& mem_;
   const PyOffsets& o_;
   std::unordered_map<uint64_t, CodeInfo> codes_;
+  size_t codes_bytes_ = 0;  // what codes_ holds, against kMaxCodeCacheBytes
   CodeInfo failed_;
   std::unordered_map<uint64_t, std::string> type_names_;
 };

@@ -29,20 +29,22 @@ Result<JobMatcher> JobMatcher::make(const JobSelectors& selectors) {
   JobMatcher m;
   m.selectors_ = selectors;
   for (const auto& p : selectors.cmdline_patterns) {
-    try {
-      m.patterns_.emplace_back(p, std::regex::ECMAScript | std::regex::optimize);
-    } catch (const std::regex_error& e) {
-      return make_error(fmt::format("failed to compile --match '{}': {}", p, e.what()));
-    }
+    auto compiled = Pattern::compile(p, "--match");
+    if (!compiled) return make_error(compiled.error());
+    m.patterns_.push_back(std::move(*compiled));
   }
   return m;
 }
 
-std::optional<std::string> JobMatcher::match(const std::string& cmdline, const std::string& cgroup_text,
+std::optional<std::string> JobMatcher::match(std::string_view cmdline, bool cmdline_cut,
+                                             const std::string& cgroup_text,
                                              const std::vector<std::string>& fd_targets) const {
-  for (size_t i = 0; i < patterns_.size(); ++i)
-    if (!cmdline.empty() && std::regex_search(cmdline, patterns_[i]))
-      return fmt::format("cmdline ~ '{}'", selectors_.cmdline_patterns[i]);
+  if (!cmdline.empty())
+    for (const auto& pattern : patterns_)
+      if (pattern.search(cmdline))
+        return fmt::format(
+            "cmdline ~ '{}'{}", pattern.text(),
+            cmdline_cut ? fmt::format(" (in its first {})", format_bytes(kMaxCmdlineBytes)) : "");
   if (!selectors_.cgroup_prefixes.empty()) {
     // "ID:CONTROLLERS:PATH" lines; v2 is "0::PATH".
     std::istringstream lines(cgroup_text);
@@ -65,11 +67,12 @@ std::optional<std::string> JobMatcher::match(const std::string& cmdline, const s
 MatchInputs read_match_inputs(const ProcFs& proc, int pid, const JobMatcher& matcher) {
   MatchInputs in;
   if (matcher.wants_cgroup())
-    if (auto c = proc.cgroup(pid)) in.cgroup = *c;
+    if (auto c = proc.cgroup(pid)) in.cgroup = std::move(*c);
   if (matcher.wants_fds())
     if (auto list = proc.fds(pid))
-      for (int fd : *list)
-        if (auto target = proc.fd_link(pid, fd); target && target->starts_with("/dev/nvidia"))
+      for (size_t i = 0; i < list->size() && i < kMaxMatchFds && in.device_fds.size() < kMaxMatchDeviceFds;
+           ++i)
+        if (auto target = proc.fd_link(pid, (*list)[i]); target && target->starts_with("/dev/nvidia"))
           in.device_fds.push_back(*target);
   return in;
 }
@@ -88,15 +91,27 @@ Result<std::vector<ProcessEntry>> scan_processes(const std::string& proc_root, c
     e.ppid = stat->ppid;
     e.start_ticks = stat->start_time_ticks;
     e.comm = stat->comm;
-    auto cmdline = proc.cmdline(pid);
-    if (!cmdline) continue;
-    e.cmdline = std::move(*cmdline);
-    if (e.cmdline.empty()) continue;  // a zombie, or exiting
+    auto cmdline = proc.cmdline_text(pid);
+    if (!cmdline || cmdline->text.empty()) continue;  // gone, a zombie, or exiting
     const MatchInputs in = read_match_inputs(proc, pid, matcher);
-    if (auto why = matcher.match(e.cmdline, in.cgroup, in.device_fds)) e.matched_by = *why;
+    if (auto why = matcher.match(cmdline->text, cmdline->cut, in.cgroup, in.device_fds)) e.matched_by = *why;
+    keep_cmdline(e, *cmdline);
     out.push_back(std::move(e));
   }
   return out;
+}
+
+void keep_cmdline(ProcessEntry& e, const BoundedText& read) {
+  e.cmdline_digest = std::hash<std::string_view>{}(read.text) ^ (read.cut ? 0x9e3779b97f4a7c15ull : 0);
+  e.cmdline_cut = read.cut;
+  if (read.text.size() <= kMaxKeptCmdlineBytes && !read.cut)
+    e.cmdline = read.text;
+  else
+    e.cmdline = read.text.substr(0, kMaxKeptCmdlineBytes) + " ...";
+}
+
+bool same_cmdline(const ProcessEntry& a, const ProcessEntry& b) {
+  return a.cmdline_digest == b.cmdline_digest && a.cmdline == b.cmdline;
 }
 
 std::vector<int> job_roots(const std::vector<ProcessEntry>& processes) {
@@ -117,7 +132,7 @@ std::vector<int> job_roots(const std::vector<ProcessEntry>& processes) {
     if (p.matched_by.empty()) continue;
     bool forked_member = false;
     ancestors(p, [&](const ProcessEntry& a) {
-      forked_member = !a.matched_by.empty() && a.cmdline == p.cmdline;
+      forked_member = !a.matched_by.empty() && same_cmdline(a, p);
       return forked_member;
     });
     if (!forked_member) candidates.push_back(&p);

@@ -81,29 +81,52 @@ bool ProcessScanner::entry_for(const procfs::ProcFs& proc, const procfs::ProcSta
                     k->second.comm == stat.comm && k->second.start_stack == stat.start_stack &&
                     k->second.arg_start == stat.arg_start && k->second.arg_end == stat.arg_end &&
                     (scans_ + static_cast<uint64_t>(pid)) % full_every_ != 0;
-  std::string cmdline;
-  if (same) {
-    cmdline = k->second.cmdline;
-  } else {
-    auto read = proc.cmdline(pid);
+  std::optional<procfs::BoundedText> read;
+  if (!same) {
+    auto text = proc.cmdline_text(pid);
     ++cmdlines_read_;
-    if (!read || read->empty()) {  // gone, a zombie, or exiting
+    if (!text || text->text.empty()) {  // gone, a zombie, or exiting
       known_.erase(pid);
       return false;
     }
-    cmdline = std::move(*read);
+    read = std::move(*text);
+    keep_cmdline(e, *read);
+  } else {
+    e.cmdline = k->second.kept.cmdline;
+    e.cmdline_digest = k->second.kept.cmdline_digest;
+    e.cmdline_cut = k->second.kept.cmdline_cut;
   }
   MatchInputs inputs = read_match_inputs(proc, pid, matcher_);
   Known& entry = known_[pid];
-  if (!same || entry.cmdline != cmdline || entry.inputs.cgroup != inputs.cgroup ||
+  if (!same || !same_cmdline(entry.kept, e) || entry.inputs.cgroup != inputs.cgroup ||
       entry.inputs.device_fds != inputs.device_fds) {
-    auto why = matcher_.match(cmdline, inputs.cgroup, inputs.device_fds);
+    // Matched on what was read, not on the kept part: a process that only
+    // changed its cgroup or GPU fds has its command line read again.
+    if (!read) {
+      auto text = proc.cmdline_text(pid);
+      ++cmdlines_read_;
+      if (!text || text->text.empty()) {
+        known_.erase(pid);
+        return false;
+      }
+      read = std::move(*text);
+      keep_cmdline(e, *read);
+    }
+    auto why = matcher_.match(read->text, read->cut, inputs.cgroup, inputs.device_fds);
     ++matches_made_;
-    entry = Known{
-        stat.start_time_ticks, stat.start_stack,          stat.arg_start, stat.arg_end, stat.comm, cmdline,
-        std::move(inputs),     why ? *why : std::string()};
+    ProcessEntry kept;
+    kept.cmdline = e.cmdline;
+    kept.cmdline_digest = e.cmdline_digest;
+    kept.cmdline_cut = e.cmdline_cut;
+    entry = Known{stat.start_time_ticks,
+                  stat.start_stack,
+                  stat.arg_start,
+                  stat.arg_end,
+                  stat.comm,
+                  std::move(kept),
+                  std::move(inputs),
+                  why ? *why : std::string()};
   }
-  e.cmdline = std::move(cmdline);
   e.matched_by = entry.matched_by;
   return true;
 }

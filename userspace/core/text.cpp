@@ -218,7 +218,9 @@ std::string demangle(std::string_view symbol, size_t max_chars) {
   // Dynamic symbols carry their version: noise to a reader, and it breaks
   // matching by name.
   if (auto at = out.find('@'); at != std::string::npos && at > 0) out.resize(at);
-  if (out.size() > 2 && out[0] == '_' && out[1] == 'Z') {
+  // The demangler recurses as deep as the name nests, and a name comes from
+  // a file the target mapped: a longer one is shown as it is (cut below).
+  if (out.size() > 2 && out.size() <= kMaxDemangledBytes && out[0] == '_' && out[1] == 'Z') {
     int status = 0;
     std::unique_ptr<char, decltype(&std::free)> d(abi::__cxa_demangle(out.c_str(), nullptr, nullptr, &status),
                                                   &std::free);

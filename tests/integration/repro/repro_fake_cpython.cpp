@@ -21,9 +21,14 @@
 //              unmapped memory
 //     huge     a code object whose co_filename claims 2^40 characters
 //     notcode  a frame whose code object is an "int"
+//     shims    100,000 shim frames (owned by the C stack), no Python frame
+//     shared0..7  250 frames each, each of its own code object, all 2,000
+//              sharing one line table of 1 MiB (a reader that keeps each
+//              decoded copy holds 2 GiB)
 //
 //   argv: none. Prints
-//   READY pid=P loop=T unmapped=T deep=T names=T huge=T notcode=T mutator=T
+//   READY pid=P loop=T unmapped=T deep=T names=T huge=T notcode=T shims=T
+//         shared0=T .. shared7=T mutator=T
 //   and stays until killed.
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -102,7 +107,7 @@ uint64_t unmapped_address() {
   return reinterpret_cast<uint64_t>(p);
 }
 
-Arena arena(16 << 20);
+Arena arena(24 << 20);
 
 uint64_t type_named(const char* name) {
   uint64_t text = arena.alloc(std::strlen(name) + 1);
@@ -159,12 +164,13 @@ uint64_t code_object(uint64_t qualname, uint64_t filename, int first_line, uint6
   return code;
 }
 
-uint64_t frame(uint64_t code, uint64_t previous) {
+// A frame; `owner` 0: a thread's, 3 (FRAME_OWNED_BY_CSTACK): a C shim.
+uint64_t frame(uint64_t code, uint64_t previous, uint8_t owner = 0) {
   uint64_t f = arena.alloc(kFrSize);
   put64(f + kFrExecutable, code);
   put64(f + kFrPrevious, previous);
   put64(f + kFrInstr, code + kCoAdaptive);
-  *reinterpret_cast<uint8_t*>(f + kFrOwner) = 0;  // owned by a thread: not a C shim
+  *reinterpret_cast<uint8_t*>(f + kFrOwner) = owner;
   return f;
 }
 
@@ -218,12 +224,16 @@ int main() {
   d.unicode_object = {kStrCompactData, kStrState, kStrLength, kStrAsciiData};
 
   // The threads whose stacks are traps, parked before their states are laid out.
+  constexpr int kShared = 8;
   std::atomic<int> loop_tid{0}, unmapped_tid{0}, deep_tid{0}, names_tid{0}, huge_tid{0}, notcode_tid{0},
-      mutator_tid{0};
+      shims_tid{0}, mutator_tid{0};
+  std::atomic<int> shared_tids[kShared] = {};
   std::vector<std::thread> parked;
-  const std::pair<const char*, std::atomic<int>*> named[] = {
+  std::vector<std::pair<const char*, std::atomic<int>*>> named = {
       {"py-loop", &loop_tid},   {"py-unmapped", &unmapped_tid}, {"py-deep", &deep_tid},
-      {"py-names", &names_tid}, {"py-huge", &huge_tid},         {"py-notcode", &notcode_tid}};
+      {"py-names", &names_tid}, {"py-huge", &huge_tid},         {"py-notcode", &notcode_tid},
+      {"py-shims", &shims_tid}};
+  for (auto& tid : shared_tids) named.emplace_back("py-shared", &tid);
   for (const auto& [name, tid] : named) parked.emplace_back(park, name, tid);
   for (const auto& [name, tid] : named)
     while (tid->load() == 0) sched_yield();
@@ -260,6 +270,17 @@ int main() {
   // notcode: the frame's code object is an int.
   uint64_t not_code = arena.alloc(kCoSize);
   put64(not_code + kObType, type_int);
+  // shims: 100,000 frames of the C stack's, no Python frame among them.
+  uint64_t shims = 0;
+  for (int i = 0; i < 100000; ++i) shims = frame(loop_code, shims, 3);
+  // shared: 2,000 code objects, one line table of 1 MiB (every entry: the first line).
+  std::vector<uint8_t> big_table;
+  while (big_table.size() < (1u << 20)) big_table.insert(big_table.end(), kOneLine.begin(), kOneLine.end());
+  const uint64_t shared_table = bytes_object(big_table, big_table.size());
+  uint64_t shared_stacks[kShared] = {};
+  for (int t = 0; t < kShared; ++t)
+    for (int i = 0; i < 250; ++i)
+      shared_stacks[t] = frame(code_object(ascii("shared_frame"), file, 60, shared_table), shared_stacks[t]);
 
   // Interpreters: head -> B -> C -> A -> D1 .. D100 -> A.
   uint64_t interp_a = arena.alloc(kInterpSize), interp_b = arena.alloc(kInterpSize),
@@ -282,7 +303,10 @@ int main() {
                                     thread_state(interp_a, deep, deep_tid),
                                     thread_state(interp_a, names_frames, names_tid),
                                     thread_state(interp_a, frame(huge_code, 0), huge_tid),
-                                    thread_state(interp_a, frame(not_code, 0), notcode_tid)};
+                                    thread_state(interp_a, frame(not_code, 0), notcode_tid),
+                                    thread_state(interp_a, shims, shims_tid)};
+  for (int t = 0; t < kShared; ++t)
+    a_states.push_back(thread_state(interp_a, shared_stacks[t], shared_tids[t]));
   for (int i = 0; i < 5000; ++i) a_states.push_back(thread_state(interp_a, deep, 0));
   for (size_t i = 0; i + 1 < a_states.size(); ++i) put64(a_states[i] + kTsNext, a_states[i + 1]);
   put64(interp_a + kInterpThreads, a_states.front());
@@ -315,9 +339,11 @@ int main() {
 
   // The table last: until it is in place the process is no CPython.
   std::memcpy(_PyRuntime, &d, sizeof d);
-  std::printf("READY pid=%d loop=%d unmapped=%d deep=%d names=%d huge=%d notcode=%d mutator=%d\n", getpid(),
+  std::printf("READY pid=%d loop=%d unmapped=%d deep=%d names=%d huge=%d notcode=%d shims=%d", getpid(),
               loop_tid.load(), unmapped_tid.load(), deep_tid.load(), names_tid.load(), huge_tid.load(),
-              notcode_tid.load(), mutator_tid.load());
+              notcode_tid.load(), shims_tid.load());
+  for (int t = 0; t < kShared; ++t) std::printf(" shared%d=%d", t, shared_tids[t].load());
+  std::printf(" mutator=%d\n", mutator_tid.load());
   std::fflush(stdout);
   for (;;) pause();
 }

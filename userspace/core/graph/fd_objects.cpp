@@ -20,7 +20,50 @@ const FdEntry* find_fd(const ProcessInfo& p, int fd) {
   return nullptr;
 }
 
-std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w) {
+namespace {
+// The kernel refuses an epoll nested deeper than this (EP_MAX_NESTS).
+constexpr int kMaxEpollNesting = 4;
+// Watched fds followed for one wait, over all its epolls.
+constexpr size_t kMaxEpollObjects = 4096;
+}  // namespace
+
+std::vector<std::string> GraphBuilder::epoll_objects(const ProcessInfo& p, const FdEntry& ep, ThreadWait& w,
+                                                     int nesting) {
+  if (nesting == 0) epoll_budget_ = kMaxEpollObjects;
+  std::vector<std::string> out;
+  size_t left_out = 0;
+  for (const auto& watch : ep.epoll) {
+    if (epoll_budget_ == 0) {
+      ++left_out;
+      continue;
+    }
+    --epoll_budget_;
+    const FdEntry* f = find_fd(p, watch.target_fd);
+    if (f && watch.inode != 0 && f->inode != 0 && watch.inode != f->inode) {
+      WaitObject& o =
+          object(fmt::format("epoll-watch:{}:{}:{}", p.pid, ep.fd, watch.target_fd), ObjectKind::Unknown,
+                 fmt::format("fd {} of {} as epoll {} added it", watch.target_fd, p.pid, ep.fd));
+      o.external = true;
+      o.notes.push_back(fmt::format("the watch is of inode {}; fd {} now holds another file (inode {})",
+                                    watch.inode, watch.target_fd, f->inode));
+      out.push_back(o.id);
+      continue;
+    }
+    out.push_back(fd_object(p, watch.target_fd, (watch.events & POLLOUT) == 0, w, nesting + 1));
+  }
+  if (left_out) {
+    WaitObject& o = object(fmt::format("epoll-rest:{}:{}", p.pid, ep.fd), ObjectKind::Unknown,
+                           fmt::format("{} more fds epoll {} of {} watches", left_out, ep.fd, p.pid));
+    o.external = true;
+    o.notes.push_back(
+        fmt::format("not followed: a wait's epolls are followed to {} watched fds", kMaxEpollObjects));
+    out.push_back(o.id);
+  }
+  return out;
+}
+
+std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w,
+                                    int nesting) {
   const FdEntry* f = find_fd(p, fd);
   if (!f) {
     WaitObject& o = object(fmt::format("fd:{}:{}", p.pid, fd), ObjectKind::Unknown,
@@ -43,12 +86,19 @@ std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read
       id = eventfd_object(p, *f);
       break;
     case FdKind::Epoll: {
-      // Only reached for an epoll fd inside poll(): expand its watch list.
+      // An epoll inside poll() or another epoll: its watch list, expanded.
+      if (nesting >= kMaxEpollNesting) {
+        WaitObject& o = object(fmt::format("fd:{}:{}", p.pid, fd), ObjectKind::Unknown,
+                               fmt::format("epoll {} of {}", fd, p.pid));
+        o.external = true;
+        o.notes.push_back(
+            fmt::format("nested deeper than the kernel allows ({}): not followed", kMaxEpollNesting));
+        return o.id;
+      }
       std::string first;
-      for (const auto& watch : f->epoll) {
-        std::string sub = fd_object(p, watch.target_fd, true, w);
+      for (auto& sub : epoll_objects(p, *f, w, nesting)) {
         if (first.empty()) first = sub;
-        extra_objects_.push_back(sub);
+        extra_objects_.push_back(std::move(sub));
       }
       return first;
     }

@@ -67,6 +67,18 @@ WaitGraph build_wait_graph(const Snapshot& snapshot) { return graph::GraphBuilde
 
 namespace graph {
 
+namespace {
+// A wait's summary names the first of its objects (a poll over thousands
+// of fds is one line, not a page).
+constexpr size_t kMaxSummaryLabels = 16;
+std::string listed_labels(const std::vector<std::string>& labels) {
+  if (labels.size() <= kMaxSummaryLabels) return fmt::format("{}", fmt::join(labels, ", "));
+  return fmt::format("{} and {} more",
+                     fmt::join(labels.begin(), labels.begin() + static_cast<long>(kMaxSummaryLabels), ", "),
+                     labels.size() - kMaxSummaryLabels);
+}
+}  // namespace
+
 GraphBuilder::GraphBuilder(const Snapshot& s) : snap_(s) {
   for (const auto& p : snap_.processes) {
     for (const auto& t : p.threads) graph_.tid_to_pid[t.tid] = p.pid;
@@ -231,22 +243,21 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
       for (auto& e : extra_objects_) w.objects.push_back(e);
       blocked();
       w.summary = labels.empty() ? fmt::format("{} on unknown fds", desc.name)
-                                 : fmt::format("{} on {}", desc.name, fmt::join(labels, ", "));
+                                 : fmt::format("{} on {}", desc.name, listed_labels(labels));
       break;
     }
     case WaitClass::Epoll: {
       const FdEntry* ep = find_fd(p, static_cast<int>(t.syscall.args[0]));
       std::vector<std::string> labels;
       if (ep) {
-        for (const auto& watch : ep->epoll) {
-          std::string sub = fd_object(p, watch.target_fd, (watch.events & POLLOUT) == 0, w);
+        for (auto& sub : epoll_objects(p, *ep, w, 0)) {
           w.objects.push_back(sub);
           labels.push_back(graph_.objects[sub].label);
         }
+        for (auto& e : extra_objects_) w.objects.push_back(e);
       }
       blocked();
-      w.summary = fmt::format("epoll_wait on {}",
-                              labels.empty() ? "nothing known" : fmt::format("{}", fmt::join(labels, ", ")));
+      w.summary = fmt::format("epoll_wait on {}", labels.empty() ? "nothing known" : listed_labels(labels));
       break;
     }
     case WaitClass::ChildWait:

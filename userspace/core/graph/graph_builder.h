@@ -69,7 +69,17 @@ class GraphBuilder {
   bool fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w);
 
   // ---- fd_objects.cpp -----------------------------------------------------------
-  std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w);
+  // `nesting`: how many epolls deep this fd was reached (0: the wait's own
+  // fd); an epoll among them is expanded (epoll_objects).
+  std::string fd_object(const ProcessInfo& p, int fd, bool want_read, ThreadWait& w, int nesting = 0);
+  // The objects of epoll `ep`'s watch list, each watched fd's, nested
+  // epolls expanded to the kernel's own bound on nesting (EP_MAX_NESTS), at
+  // most kMaxEpollObjects a wait (epoll_budget_). A watch names its fd by
+  // the number it had when added: one whose fd now holds another file (its
+  // inode differs: closed and the number reused, even by an epoll) is not
+  // followed but said, so a watch list cannot lead the walk in a circle.
+  std::vector<std::string> epoll_objects(const ProcessInfo& p, const FdEntry& ep, ThreadWait& w, int nesting);
+  size_t epoll_budget_ = 0;
   std::string pipe_object(const FdEntry& f, bool want_read);
   std::string socket_object(const FdEntry& f);
   std::string udp_server(const SocketInfo& s, WaitObject& o);

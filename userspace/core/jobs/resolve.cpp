@@ -250,6 +250,7 @@ namespace {
 bool holds_gpu(const ProcFs& proc, int pid, std::string* which) {
   auto fds = proc.fds(pid);
   if (!fds) return false;
+  if (fds->size() > daemon::kMaxMatchFds) fds->resize(daemon::kMaxMatchFds);
   for (int fd : *fds) {
     auto target = proc.fd_link(pid, fd);
     if (!target || !target->starts_with("/dev/nvidia")) continue;
@@ -282,16 +283,19 @@ Result<DiscoveryResult> discover_training_processes(const ProcFs& proc, const da
         if (auto c = proc.cgroup(pid)) cgroup = *c;
       std::vector<std::string> gpu;
       if (std::string dev; selectors.wants_fds() && holds_gpu(proc, pid, &dev)) gpu.push_back(dev);
-      std::string cmdline;
-      if (!selectors.selectors().cmdline_patterns.empty()) {
-        auto read = call_with_deadline([proc, pid] { return proc.cmdline(pid); }, per_read);
+      procfs::BoundedText cmdline;
+      if (selectors.wants_cmdline()) {
+        auto read = call_with_deadline([proc, pid] { return proc.cmdline_text(pid); }, per_read);
         if (!read) {
           out.stuck.push_back(pid);
           continue;
         }
-        if (*read) cmdline = **read;
+        if (*read) cmdline = std::move(**read);
       }
-      if (auto why = selectors.match(cmdline, cgroup, gpu)) reason = *why;
+      if (auto why = selectors.match(cmdline.text, cmdline.cut, cgroup, gpu))
+        reason = *why;
+      else if (cmdline.cut)
+        out.cut_unmatched.push_back(pid);
     } else if (std::string dev; holds_gpu(proc, pid, &dev)) {
       reason = fmt::format("holds {}", dev);
     } else {

@@ -119,6 +119,10 @@ Result<FdInfo> parse_fdinfo(std::string_view text) {
   for (auto line : split_lines(text)) {
     std::string_view trimmed = trim(line);
     if (starts_with(trimmed, "tfd:")) {
+      if (info.epoll.size() >= kMaxEpollWatches) {
+        ++info.epoll_watches_left_out;
+        continue;
+      }
       auto watch = parse_epoll_tfd_line(trimmed);
       if (!watch) return make_error(watch.error());
       info.epoll.push_back(*watch);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,32 +29,18 @@ Result<uint64_t> read_namespace_link(const std::string& path, int* err) {
   return parse_namespace_link(*link);
 }
 
-// A process's environ may be large (a few MiB of exported variables), and
-// comm at most 16 bytes: bounds well above either, so a hostile file cannot
-// make hangtrace hold gigabytes.
-constexpr size_t kMaxCmdlineBytes = size_t{1} << 20;
-constexpr size_t kMaxEnvironBytes = size_t{4} << 20;
+// comm is at most 16 bytes; a bound well above it.
 constexpr size_t kMaxCommBytes = 4096;
 constexpr size_t kMaxSmallFileBytes = size_t{64} << 10;  // limits, osrelease
 
-// The first `max_bytes` of a file, for one whose whole is too large to keep.
-Result<std::string> read_file_prefix(const std::string& path, size_t max_bytes, int* err) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (err) *err = errno;
-    return make_error(fmt::format("failed to read {}: {}", path, std::strerror(errno)));
+// A cut text without its last, partial record (an environment entry, a
+// cgroup line): what is kept is whole.
+BoundedText to_last_separator(BoundedText t, char separator) {
+  if (t.cut) {
+    size_t last = t.text.rfind(separator);
+    t.text.resize(last == std::string::npos ? 0 : last + 1);
   }
-  std::string out(max_bytes, '\0');
-  size_t got = 0;
-  while (got < max_bytes) {
-    ssize_t n = ::read(fd, out.data() + got, max_bytes - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  out.resize(got);
-  return out;
+  return t;
 }
 
 }  // namespace
@@ -104,29 +91,42 @@ Result<uint64_t> ProcFs::thread_schedstat(int pid, int tid, int* err) const {
 Result<Schedstat> ProcFs::thread_schedstat_fields(int pid, int tid, int* err) const {
   return read_and_parse<Schedstat>(task_path(pid, tid) + "/schedstat", err, parse_schedstat_fields);
 }
+Result<BoundedText> ProcFs::cmdline_text(int pid, int* err) const {
+  auto raw = read_text_prefix(pid_path(pid) + "/cmdline", kMaxCmdlineBytes, err);
+  if (!raw) return make_error(raw.error());
+  return BoundedText{parse_cmdline(raw->text), raw->cut};
+}
 Result<std::string> ProcFs::cmdline(int pid, int* err) const {
-  int e = 0;
-  auto text = read_text_file(pid_path(pid) + "/cmdline", &e, kMaxCmdlineBytes);
-  // A command line past the bound (ARG_MAX allows several MiB) is still the
-  // job's: its first MiB, marked cut, not nothing (--match, launchers).
-  if (!text && e == EFBIG) {
-    if (auto prefix = read_file_prefix(pid_path(pid) + "/cmdline", kMaxCmdlineBytes, &e))
-      return parse_cmdline(*prefix) + " ...";
-  }
-  if (err) *err = e;
+  // A command line past the bound is still the job's: its first MiB, marked
+  // cut, not nothing (launchers, reports).
+  auto text = cmdline_text(pid, err);
   if (!text) return make_error(text.error());
-  return parse_cmdline(*text);
+  return text->cut ? text->text + " ..." : std::move(text->text);
+}
+Result<BoundedText> ProcFs::environ_text(int pid, int* err) const {
+  auto raw = read_text_prefix(pid_path(pid) + "/environ", kMaxEnvironBytes, err);
+  if (!raw) return make_error(raw.error());
+  return to_last_separator(std::move(*raw), '\0');
 }
 Result<std::string> ProcFs::environ(int pid, int* err) const {
-  return read_text_file(pid_path(pid) + "/environ", err, kMaxEnvironBytes);
+  auto text = environ_text(pid, err);
+  if (!text) return make_error(text.error());
+  return std::move(text->text);
 }
 Result<std::string> ProcFs::comm(int pid, int* err) const {
   auto text = read_text_file(pid_path(pid) + "/comm", err, kMaxCommBytes);
   if (!text) return make_error(text.error());
   return parse_comm(*text);
 }
+Result<BoundedText> ProcFs::cgroup_text(int pid, int* err) const {
+  auto raw = read_text_prefix(pid_path(pid) + "/cgroup", kMaxCgroupBytes, err);
+  if (!raw) return make_error(raw.error());
+  return to_last_separator(std::move(*raw), '\n');
+}
 Result<std::string> ProcFs::cgroup(int pid, int* err) const {
-  return read_text_file(pid_path(pid) + "/cgroup", err);
+  auto text = cgroup_text(pid, err);
+  if (!text) return make_error(text.error());
+  return std::move(text->text);
 }
 Result<std::string> ProcFs::limits(int pid, int* err) const {
   return read_text_file(pid_path(pid) + "/limits", err, kMaxSmallFileBytes);
@@ -167,7 +167,15 @@ Result<FileStat> ProcFs::fd_stat(int pid, int fd, int* err) const {
   return examine_file(fmt::format("{}/fd/{}", pid_path(pid), fd), err);
 }
 Result<FdInfo> ProcFs::fdinfo(int pid, int fd, int* err) const {
-  return read_and_parse<FdInfo>(fmt::format("{}/fdinfo/{}", pid_path(pid), fd), err, parse_fdinfo);
+  // Its fixed fields come first; a long epoll watch list is cut at a line.
+  const std::string path = fmt::format("{}/fdinfo/{}", pid_path(pid), fd);
+  auto text = read_text_prefix(path, kMaxFdinfoBytes, err);
+  if (!text) return make_error(text.error());
+  BoundedText whole = to_last_separator(std::move(*text), '\n');
+  auto parsed = parse_fdinfo(whole.text);
+  if (!parsed) return make_error(fmt::format("{} ({})", parsed.error(), path));
+  if (whole.cut) parsed->epoll_watches_left_out = std::max<size_t>(parsed->epoll_watches_left_out, 1);
+  return std::move(*parsed);
 }
 
 // ---- sockets of a process's network namespace -------------------------------------------

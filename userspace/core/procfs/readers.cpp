@@ -29,30 +29,60 @@ Error os_error(const char* verb, const std::string& path, int e, int* errno_out)
 
 }  // namespace
 
+namespace {
+
+// Reads `fd` until EOF or until more than `max_bytes` came: the bytes read
+// (at most max_bytes + one read's worth) and whether there were more.
+Result<std::string> read_until(int fd, const std::string& path, size_t max_bytes, bool* more,
+                               int* errno_out) {
+  std::string out;
+  char buf[65536];
+  *more = false;
+  for (;;) {
+    // One byte past the bound is enough to know there is more.
+    const size_t room = max_bytes - out.size();
+    const size_t want = room >= sizeof buf ? sizeof buf : room + 1;
+    ssize_t n = ::read(fd, buf, want);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return os_error("read", path, errno, errno_out);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) {
+      *more = true;
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> read_text_file(const std::string& path, int* errno_out, size_t max_bytes) {
   if (errno_out) *errno_out = 0;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return os_error("read", path, errno, errno_out);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return os_error("read", path, e, errno_out);
-    }
-    if (n == 0) break;
-    if (out.size() + static_cast<size_t>(n) > max_bytes) {
-      ::close(fd);
-      if (errno_out) *errno_out = EFBIG;
-      return make_error(fmt::format("failed to read {}: larger than {} bytes", path, max_bytes));
-    }
-    out.append(buf, static_cast<size_t>(n));
-  }
+  bool more = false;
+  auto out = read_until(fd, path, max_bytes, &more, errno_out);
   ::close(fd);
+  if (out && more) {
+    if (errno_out) *errno_out = EFBIG;
+    return make_error(fmt::format("failed to read {}: larger than {} bytes", path, max_bytes));
+  }
   return out;
+}
+
+Result<BoundedText> read_text_prefix(const std::string& path, size_t max_bytes, int* errno_out) {
+  if (errno_out) *errno_out = 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return os_error("read", path, errno, errno_out);
+  bool more = false;
+  auto out = read_until(fd, path, max_bytes, &more, errno_out);
+  ::close(fd);
+  if (!out) return make_error(out.error());
+  out->resize(std::min(out->size(), max_bytes));
+  return BoundedText{std::move(*out), more};
 }
 
 Result<std::string> read_link(const std::string& path, int* errno_out) {

@@ -57,21 +57,21 @@ Error resolv_error(const std::string& path, int e, int* err) {
 
 }  // namespace
 
-Result<ResolverConfig> ProcFs::resolv_conf(int pid, int* err) const {
+Result<int> ProcFs::open_in_root(int pid, std::string_view file, int* err) const {
   if (err) *err = 0;
   const std::string root = root_path(pid, "");
-  const std::string path = root_path(pid, "/etc/resolv.conf");
+  const std::string path = root_path(pid, file);
+  std::string relative(file);
+  relative.erase(0, relative.find_first_not_of('/'));
+  if (relative.empty()) return resolv_error(path, EISDIR, err);
   int dir = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return resolv_error(path, errno, err);
-  // A link (resolv.conf -> /run/systemd/resolve/stub-resolv.conf) is the
-  // process's, so it resolves inside its root; O_NONBLOCK: a FIFO planted
-  // there must not hang the read.
   open_how how{};
   how.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  int fd = static_cast<int>(::syscall(SYS_openat2, dir, "etc/resolv.conf", &how, sizeof how));
+  int fd = static_cast<int>(::syscall(SYS_openat2, dir, relative.c_str(), &how, sizeof how));
   if (fd < 0 && (errno == ENOSYS || errno == EPERM))  // before 5.6, or a seccomp filter
-    fd = ::openat(dir, "etc/resolv.conf", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    fd = ::openat(dir, relative.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   int open_errno = errno;
   ::close(dir);
   if (fd < 0) return resolv_error(path, open_errno, err);
@@ -86,6 +86,18 @@ Result<ResolverConfig> ProcFs::resolv_conf(int pid, int* err) const {
     if (err) *err = EINVAL;
     return make_error(fmt::format("failed to read {}: not a regular file", path));
   }
+  // Reads see EOF, not EAGAIN, on a regular file; blocking again is harmless.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+Result<ResolverConfig> ProcFs::resolv_conf(int pid, int* err) const {
+  // A link (resolv.conf -> /run/systemd/resolve/stub-resolv.conf) is the
+  // process's, so it resolves inside its root (open_in_root).
+  const std::string path = root_path(pid, "/etc/resolv.conf");
+  auto opened = open_in_root(pid, "/etc/resolv.conf", err);
+  if (!opened) return make_error(opened.error());
+  const int fd = *opened;
   std::string text;
   char buf[8192];
   while (text.size() <= kMaxResolvConfBytes) {
