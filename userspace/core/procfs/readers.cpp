@@ -60,17 +60,13 @@ Result<std::string> read_until(int fd, const std::string& path, size_t max_bytes
 }  // namespace
 
 Result<std::string> read_text_file(const std::string& path, int* errno_out, size_t max_bytes) {
-  if (errno_out) *errno_out = 0;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return os_error("read", path, errno, errno_out);
-  bool more = false;
-  auto out = read_until(fd, path, max_bytes, &more, errno_out);
-  ::close(fd);
-  if (out && more) {
+  auto text = read_text_prefix(path, max_bytes, errno_out);
+  if (!text) return make_error(text.error());
+  if (text->cut) {
     if (errno_out) *errno_out = EFBIG;
     return make_error(fmt::format("failed to read {}: larger than {} bytes", path, max_bytes));
   }
-  return out;
+  return std::move(text->text);
 }
 
 Result<BoundedText> read_text_prefix(const std::string& path, size_t max_bytes, int* errno_out) {
