@@ -61,12 +61,15 @@ def small_shm(*argv):
 class LiveShmSigbus(ScenarioTestCase):
     def until_a_worker_dies(self, run):
         """run() -> (job, LOADER-ERROR line, READY marker, report), at most
-        ATTEMPTS times, until the error names a dead worker; returns those and
-        the workers named."""
+        ATTEMPTS times, until a worker died of SIGBUS -- as PyTorch's error
+        names it, or (when the main process met the dead worker's closed
+        socket first: ConnectionResetError, EOFError, most often on a busy
+        machine) as the workload read the workers' exit statuses; returns
+        those and the dead workers."""
         errors = []
         for _ in range(ATTEMPTS):
             job, error, marker, report = run()
-            named = dead_workers(error)
+            named = dead_workers(error) or [p for p in (marker or {}).get("sigbus", []) if isinstance(p, int)]
             if named:
                 return job, error, marker, report, named
             errors.append(error)

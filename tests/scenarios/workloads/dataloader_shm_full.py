@@ -27,7 +27,10 @@ batches the job holds reach ~94% before a worker hits SIGBUS.
 Prints "BATCH n shm_used=<bytes> shm_size=<bytes>" every 10 batches,
 "LOADER-ERROR shm_used=.. shm_size=.. <message>" when the loader fails, then
 "READY main=<pid> workers=<a>,<b> shm_used=<bytes> shm_size=<bytes>
-kept=<batches>", and waits forever holding every batch -- or, with --exit,
+kept=<batches> sigbus=<pids>|none" (sigbus: the workers dead of SIGBUS, as
+their exit status says -- what PyTorch's own error names only when its
+SIGCHLD handler saw the death before the main process met the closed
+socket), and waits forever holding every batch -- or, with --exit,
 exits with status 3 right after the READY line (a job without such a handler:
 the only trace of the full /dev/shm is what was seen while it ran).
 """
@@ -36,6 +39,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -56,6 +60,19 @@ def shm_usage():
     st = os.statvfs("/dev/shm")
     size = st.f_blocks * st.f_frsize
     return size - st.f_bfree * st.f_frsize, size
+
+
+def sigbus_workers(iterator, wait_s=5.0):
+    """The pids of the loader's workers whose exit status says SIGBUS. The
+    loader's error can come as a dying worker's socket closes, a moment
+    before it can be reaped: the statuses are polled until one is there or
+    `wait_s` has passed (a worker that raised instead exits 1, not killed)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = [w.pid for w in iterator._workers if w.exitcode == -signal.SIGBUS]
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.05)
 
 
 def main():
@@ -97,9 +114,10 @@ def main():
     except (RuntimeError, OSError, EOFError) as e:  # a worker died of SIGBUS: RuntimeError,
         quiet_sigchld()                    # or ConnectionResetError / EOFError mid-handover
         loader_error(e)
+    sigbus = sigbus_workers(batches)
     used, size = shm_usage()
-    print("READY main=%d workers=%s shm_used=%d shm_size=%d kept=%d"
-          % (os.getpid(), workers, used, size, len(kept)), flush=True)
+    print("READY main=%d workers=%s shm_used=%d shm_size=%d kept=%d sigbus=%s"
+          % (os.getpid(), workers, used, size, len(kept), ",".join(map(str, sigbus)) or "none"), flush=True)
     if args.exit:
         return 3
     while True:                        # "waiting for the launcher", batches held
