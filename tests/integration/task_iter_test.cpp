@@ -277,6 +277,11 @@ TEST(TaskIter, IdentityPassIsWhatProcStatSaysOfEveryProcess) {
     // Some kernels' iterator never visits pid 1 (this one's: its init,
     // process_api): the scanner reads what the pass left out from /proc.
     if (pid == 1) continue;
+    // A leader in exit (PF_EXITING) has given up its mm before it is a
+    // zombie -- for seconds when it closes many uprobe links (another
+    // test's hangtrace, CI10) -- and the pass leaves it out by design; the
+    // scanner reads such pids from /proc.
+    if (st->flags & procfs::kPfExiting) continue;
     EXPECT_TRUE(listed.count(pid)) << pid << " (" << st->comm << ") is missing";
   }
   waitpid(zombie, nullptr, 0);
