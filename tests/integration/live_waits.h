@@ -150,6 +150,10 @@ inline void start_traced(const std::string& repro, const std::vector<std::string
   start_gated(repro, args, run);
   pid = static_cast<int>(run.ready["pid"]);
   ASSERT_GT(pid, 0);
+  // The tests count on the gate's read having begun (slept) before the
+  // tracer attaches: READY is printed before it, and on a busy machine the
+  // workload may not reach the read until after the attach.
+  ASSERT_EQ(wait_until_blocked(pid), "") << describe_threads(pid);
   start_tracer(wait_options(traced ? std::vector<int>{pid} : std::vector<int>{}, min_block_ns), run);
 }
 

@@ -118,6 +118,7 @@ std::unique_ptr<DaemonMetrics> DaemonMetrics::make(const std::string& kernel) {
                     .Register(r);
   m->exact_hooks_->Add({});
   m->exact_attachments_->Add({});
+  m->scans_->Add({});
   m->jobs_->Add({{"what", "jobs"}});
   m->jobs_->Add({{"what", "processes"}});
   m->dropped_->Add({});
