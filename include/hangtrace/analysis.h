@@ -38,7 +38,8 @@ enum class ObjectKind {
   EventFd,
   File,
   Child,
-  Gil,  // the GIL of one Python process (its interpreter), released by its holder
+  Gil,       // the GIL of one Python process (its interpreter), released by its holder
+  FileLock,  // a flock/POSIX/OFD lock on a file (/proc/locks), released by the processes holding it
   Unknown
 };
 const char* object_kind_name(ObjectKind k);

@@ -28,7 +28,8 @@ const char* severity_name(Severity s);
 // X(enumerator, name, default severity, priority, doc line)
 #define HANGTRACE_FINDING_KINDS(X)                                                                           \
   X(Stopped, "stopped", Critical, 2,                                                                         \
-    "a process of the job stopped by a signal or held in a ptrace stop (warning for a few threads alone)")   \
+    "a process of the job (or one it waits on) stopped by a signal or a tracer (warning: a few threads "     \
+    "alone)")                                                                                                \
   X(ProcessKilled, "process-killed", Critical, 3,                                                            \
     "(live) a process of the job died of a signal or the OOM killer")                                        \
   X(CollectiveWait, "collective-wait", Critical, 4,                                                          \
@@ -56,6 +57,9 @@ const char* severity_name(Severity s);
     "an event loop's thread blocked in a synchronous call inside a task past --stall-after: no task runs")   \
   X(DnsWait, "dns-wait", Critical, 28,                                                                       \
     "a thread inside a name lookup (getaddrinfo, res_*, a socket to port 53) past --stall-after")            \
+  X(NoProgress, "no-progress", Critical, 29,                                                                 \
+    "a main thread off CPU past --stall-after, nothing it waits on moving (warning when a timeout may end "  \
+    "it)")                                                                                                   \
   X(NetworkWait, "network-wait", Warning, 30,                                                                \
     "a thread blocked on a TCP/UDP socket past --stall-after (critical when the main thread waits on it)")   \
   X(MemoryGrowth, "memory-growth", Warning, 40,                                                              \

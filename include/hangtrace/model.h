@@ -36,6 +36,21 @@ struct EpollWatch {
   uint64_t inode = 0;   // "ino:" (hex in fdinfo)
 };
 
+// One line of /proc/locks, or a "lock:" line of /proc/PID/fdinfo/FD (the
+// locks held through that open file): a lock held, or with `waiting` (the
+// "->" lines) a request blocked behind the lock listed above it.
+struct FileLock {
+  int64_t id = 0;    // the line's number: a held lock and its waiters share it
+  std::string type;  // "FLOCK", "POSIX", "OFDLCK", "LEASE", "DELEG"
+  std::string mode;  // "READ", "WRITE" (leases: "BREAKING", ... as printed)
+  int pid = 0;  // the process as hangtrace's pid namespace shows it; -1 (OFD: no owner process), 0 unseen
+  uint32_t dev_major = 0, dev_minor = 0;
+  uint64_t inode = 0;
+  uint64_t start = 0;
+  std::optional<uint64_t> end;  // unset: to the end of the file ("EOF")
+  bool waiting = false;
+};
+
 struct FdEntry {
   int fd = -1;
   std::string link;  // readlink(/proc/PID/fd/N)
@@ -50,6 +65,9 @@ struct FdEntry {
   int32_t ready_events = -1;
   int64_t queued_bytes = -1;  // FIONREAD on pipes/sockets, -1 unknown
   int mnt_id = -1;            // "mnt_id:" from fdinfo: the mount (MountEntry::mount_id) it is on
+  // Files: the device it is on (st_dev), for matching /proc/locks; 0:0 unknown.
+  uint32_t dev_major = 0, dev_minor = 0;
+  std::vector<FileLock> locks;  // "lock:" lines of its fdinfo: the locks held through it
 };
 
 // One line of /proc/PID/mountinfo (the process's own mount namespace), the
@@ -347,6 +365,9 @@ struct Snapshot {
   ShmInfo shm;
   // Host addresses (for "is the remote end on this host").
   std::vector<std::string> local_addresses;
+  // The lines of /proc/locks on the files a thread of the job waits to lock
+  // (flock, fcntl F_SETLKW): the locks held on them and the requests queued.
+  std::vector<FileLock> file_locks;
   // What the collector could not see, one line each ("no BPF: ...").
   std::vector<std::string> limitations;
 

@@ -100,6 +100,7 @@ struct FdInfo {
   std::optional<uint64_t> inode;       // "ino:"
   std::optional<uint64_t> eventfd_id;  // "eventfd-id:"
   std::optional<uint64_t> eventfd_count;
+  std::vector<FileLock> locks;        // "lock:" lines, at most kMaxFdLocks
   std::vector<EpollWatch> epoll;      // "tfd:" lines of an epoll fd, at most kMaxEpollWatches
   size_t epoll_watches_left_out = 0;  // past kMaxEpollWatches, or past kMaxFdinfoBytes (then at least 1)
 };
@@ -110,6 +111,19 @@ constexpr size_t kMaxEpollWatches = 4096;
 constexpr size_t kMaxFdinfoBytes = size_t{1} << 20;
 // Needs pos and flags; an epoll "tfd:" line that does not parse is an error.
 Result<FdInfo> parse_fdinfo(std::string_view text);
+
+// ---- /proc/locks, fdinfo "lock:" lines (locks.cpp) --------------------------
+// A busy host holds thousands of locks; past this many lines the rest are not
+// read (a wait's lock is on one file).
+constexpr size_t kMaxFileLocks = 100000;
+constexpr size_t kMaxLocksBytes = size_t{16} << 20;
+// Locks listed in one fd's fdinfo, at most.
+constexpr size_t kMaxFdLocks = 64;
+Result<FileLock> parse_lock_line(std::string_view line);  // "1: -> FLOCK ADVISORY WRITE 42 fe:00:12 0 EOF"
+Result<std::vector<FileLock>> parse_locks(std::string_view text);
+// Whether `held` stands in the way of `wanted`: the same file, not both
+// read locks, flock with flock, byte ranges overlapping.
+bool locks_conflict(const FileLock& held, const FileLock& wanted);
 
 // ---- /proc/PID/maps ---------------------------------------------------------
 Result<Mapping> parse_maps_line(std::string_view line);
@@ -355,6 +369,9 @@ class ProcFs {
   Result<std::vector<InetSocketEntry>> inet_sockets(int pid, const std::string& table,
                                                     int* err = nullptr) const;
   Result<std::vector<UnixSocketEntry>> unix_sockets(int pid, int* err = nullptr) const;
+  // ROOT/locks: every file lock of the host (pids as hangtrace's namespace
+  // sees them), at most kMaxLocksBytes read and kMaxFileLocks lines kept.
+  Result<std::vector<FileLock>> locks(int* err = nullptr) const;
   // The addresses of the interfaces of that namespace: ROOT/PID/net/if_inet6
   // (IPv6) and ROOT/PID/net/fib_trie (IPv4), whichever could be read; an
   // error only when neither could.

@@ -29,10 +29,14 @@ enum class WaitClass {
   ChildWait,  // wait4/waitid
   Sleep,      // nanosleep/clock_nanosleep
   Pause,      // pause/rt_sigsuspend/rt_sigtimedwait
-  Other,      // a syscall that may block, not modelled yet (flock, msgrcv, ...)
+  FileLock,   // flock(fd, LOCK_EX/LOCK_SH), fcntl(fd, F_SETLKW/F_OFD_SETLKW): args[0] is the fd
+  Other,      // a syscall that may block, not modelled yet (msgrcv, fsync, ...)
 };
 
 const char* wait_class_name(WaitClass c);
+// Whether a call of class FileLock sleeps until the lock is free: flock
+// without LOCK_NB, fcntl F_SETLKW / F_OFD_SETLKW (not F_SETLK, F_GETFL, ...).
+bool waits_for_file_lock(int64_t nr, const uint64_t args[6]);
 // Whether a call of this class waits on the fd in its args[0] (read, send,
 // accept, epoll_wait, ...).
 bool wait_class_takes_fd(WaitClass c);

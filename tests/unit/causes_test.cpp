@@ -87,6 +87,7 @@ TEST(Causes, UnrelatedFindingsStayRoots) {
   // Rank 1 runs: the socket waits are findings of their own, nothing
   // explains them, and a stopped helper nobody waits on explains nothing.
   SnapshotBuilder b = rank_waits_on_peer('S');
+  for (auto& t : b.find(200)->threads) t.cpu_ns_end = 50'000'000;  // runs between the samples
   b.proc(300, 100, ProcessRole::Descendant, "helper");
   b.thread(300, 300, 'T');
   Diagnosis d = diagnose(b.s);

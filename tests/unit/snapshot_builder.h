@@ -161,6 +161,32 @@ struct SnapshotBuilder {
                                   : "socket:[" + std::to_string(inode) + "]";
     find(pid)->fds.push_back(f);
   }
+  // An fd of `pid` open on the file `path` (inode on device 254:0).
+  FdEntry& file_fd(int pid, int fd, const std::string& path, uint64_t inode, uint32_t flags = O_RDWR) {
+    FdEntry f;
+    f.fd = fd;
+    f.kind = FdKind::File;
+    f.link = path;
+    f.inode = inode;
+    f.flags = flags;
+    f.dev_major = 254;
+    f.dev_minor = 0;
+    find(pid)->fds.push_back(f);
+    return find(pid)->fds.back();
+  }
+  // A line of /proc/locks on inode `inode` of device 254:0.
+  static FileLock file_lock(int64_t id, const std::string& type, int pid, uint64_t inode,
+                            bool waiting = false, const std::string& mode = "WRITE") {
+    FileLock l;
+    l.id = id;
+    l.type = type;
+    l.mode = mode;
+    l.pid = pid;
+    l.dev_major = 254;
+    l.inode = inode;
+    l.waiting = waiting;
+    return l;
+  }
   void shared_map(int pid, uint64_t start, uint64_t inode, const std::string& path) {
     Mapping m;
     m.start = start;

@@ -192,7 +192,7 @@ TEST(SlowRules, WorkersOnCpuGetTheDecodeAdviceNotTheCacheAdvice) {
 TEST(SlowRules, AJobThatComputesMostOfTheTimeHasNoSlowFinding) {
   SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);
-  b.thread(100, 100);
+  b.running(100, 100);  // it computes, as the window saw
   b.proc(200, 100, ProcessRole::Descendant);
   b.thread(200, 200);
   WindowBuilder w;
@@ -208,7 +208,8 @@ TEST(SlowRules, AJobThatComputesMostOfTheTimeHasNoSlowFinding) {
 TEST(SlowRules, ThreadsTakingTurnsOnOneLockAreContentionAConditionPoolIsNot) {
   SnapshotBuilder b(300);
   b.proc(300, 1, ProcessRole::Target);
-  for (int tid = 300; tid <= 303; ++tid) b.thread(300, tid);
+  b.running(300, 300);  // main hands out the work
+  for (int tid = 301; tid <= 303; ++tid) b.thread(300, tid);
   for (int tid = 400; tid <= 403; ++tid) b.thread(300, tid);
   WindowBuilder w;
   w.times(300, 300, 1.0);

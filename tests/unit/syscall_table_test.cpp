@@ -33,6 +33,7 @@ namespace {
 #define WANT_WAIT_ChildWait HT_CLASS_NOFD
 #define WANT_WAIT_Sleep HT_CLASS_NOFD
 #define WANT_WAIT_Pause 0
+#define WANT_WAIT_FileLock 0
 #define WANT_WAIT_Other 0
 #define WANT_WAIT_None 0
 #define WANT_KIND_FUTEX 0

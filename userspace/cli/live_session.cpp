@@ -242,11 +242,15 @@ std::vector<KernelFrame> LiveSession::kernel_frames(int32_t id, const KernelSymb
   std::vector<KernelFrame> frames;
   for (uint64_t addr : tracer_->stack(id)) {
     std::string name = symbols ? symbols->symbolize(addr) : std::string();
+    const bool ours = name.starts_with("bpf_prog_") || name.starts_with("bpf_trace_run") ||
+                      name.starts_with("__bpf_trace_") || name.starts_with("bpf_get_stack");
     // The stack was walked from inside our own program: its innermost
     // frames are the BPF trampoline and program, not the traced task's.
-    if (frames.empty() && (name.starts_with("bpf_prog_") || name.starts_with("bpf_trace_run") ||
-                           name.starts_with("__bpf_trace_") || name.starts_with("bpf_get_stack")))
-      continue;
+    if (frames.empty() && ours) continue;
+    // Further out, one of our programs was what an interrupt interrupted (a
+    // timer's wakeup taken while another task ran our sys_exit hook): what
+    // lies beyond is that task's tracing, not the waker's.
+    if (ours) break;
     frames.push_back({addr, std::move(name)});
   }
   return frames;

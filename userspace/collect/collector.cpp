@@ -290,6 +290,7 @@ Result<Snapshot> Collector::run() {
         snap_.local_addresses.end())
       snap_.local_addresses.push_back(loopback);
   }
+  collect_file_locks();
   if (options_.include_peers) find_peers();
 
   take_progress_samples(/*start=*/true);

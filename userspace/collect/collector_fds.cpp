@@ -36,6 +36,7 @@ void Collector::collect_fds(ProcessInfo& p) {
       e.pos = info->pos;
       e.eventfd_id = info->eventfd_id;
       e.epoll = std::move(info->epoll);
+      e.locks = std::move(info->locks);
       if (info->epoll_watches_left_out)
         limitation(
             fmt::format("epoll fd {} of {} watches more than {} fds: the rest of its watch list was not read",

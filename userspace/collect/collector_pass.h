@@ -28,6 +28,8 @@ using procfs::ProcFs;
 
 // Fds looked at per process, in the tree and in the host-wide search for peers.
 constexpr size_t kMaxFdsPerProcess = 1 << 17;
+// Processes outside the job pulled in as peers (the other ends of its waits), at most.
+constexpr size_t kMaxPeers = 64;
 
 double monotonic_s();
 // Both clocks read back to back: live events carry CLOCK_MONOTONIC, people
@@ -93,6 +95,9 @@ class Collector {
   // /etc/resolv.conf of a process of the job, read once per mount namespace.
   ResolverConfig resolver_config(int pid, uint64_t mntns);
   void find_peers();
+  // /proc/locks on the files the job waits to lock, and the processes
+  // holding those locks (peers when outside the job): collector_locks.cpp.
+  void collect_file_locks();
   ProgressSample sample_progress(int pid, int tid) const;
   void take_progress_samples(bool start);
   void collect_kernel_views();

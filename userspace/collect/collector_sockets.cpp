@@ -12,12 +12,6 @@
 
 namespace hangtrace::collector_pass {
 
-namespace {
-
-constexpr size_t kMaxPeers = 64;
-
-}  // namespace
-
 void Collector::load_network_namespace(uint64_t netns, int reader_pid) {
   if (netns_sockets_.count(netns)) return;
   NetnsSockets& ns = netns_sockets_[netns];

@@ -169,7 +169,8 @@ std::vector<int> directly_waited_fds(const SyscallState& sc, const WaitMemory& m
   std::vector<int> fds;
   if (sc.mode != SyscallState::Mode::InSyscall) return fds;
   const WaitClass wait = describe_syscall(sc.nr).wait;
-  if (wait_class_takes_fd(wait)) {
+  // A file lock's fd too, though the BPF dispatcher does not track the call.
+  if (wait_class_takes_fd(wait) || wait == WaitClass::FileLock) {
     fds.push_back(static_cast<int>(sc.args[0]));
     return fds;
   }

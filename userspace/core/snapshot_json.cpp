@@ -139,6 +139,43 @@ void get_device(const json& j, uint32_t& major, uint32_t& minor) {
   if (dev.size() == 2) major = dev[0], minor = dev[1];
 }
 
+json file_lock_to_json(const FileLock& l) {
+  return {{"id", l.id},
+          {"type", l.type},
+          {"mode", l.mode},
+          {"pid", l.pid},
+          {"dev", {l.dev_major, l.dev_minor}},
+          {"inode", l.inode},
+          {"start", l.start},
+          {"end", nullable(l.end)},
+          {"waiting", l.waiting}};
+}
+
+json file_locks_to_json(const std::vector<FileLock>& locks) {
+  json out = json::array();
+  for (const auto& l : locks) out.push_back(file_lock_to_json(l));
+  return out;
+}
+
+std::vector<FileLock> file_locks_from_json(const json& j, const char* key) {
+  std::vector<FileLock> out;
+  for (const auto& jl : j.value(key, json::array())) {
+    if (!jl.is_object()) continue;
+    FileLock l;
+    get_if(jl, "id", l.id);
+    get_if(jl, "type", l.type);
+    get_if(jl, "mode", l.mode);
+    get_if(jl, "pid", l.pid);
+    get_device(jl, l.dev_major, l.dev_minor);
+    get_if(jl, "inode", l.inode);
+    get_if(jl, "start", l.start);
+    get_opt(jl, "end", l.end);
+    get_if(jl, "waiting", l.waiting);
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 char state_char(const json& j, const char* key) {
   std::string s = j.value(key, std::string("?"));
   return s.empty() ? '?' : s[0];
@@ -295,6 +332,8 @@ json snapshot_to_json(const Snapshot& s) {
                      {"ready_events", f.ready_events},
                      {"queued_bytes", f.queued_bytes}});
       if (f.mnt_id >= 0) fds.back()["mnt_id"] = f.mnt_id;
+      if (f.dev_major || f.dev_minor) fds.back()["dev"] = {f.dev_major, f.dev_minor};
+      if (!f.locks.empty()) fds.back()["locks"] = file_locks_to_json(f.locks);
     }
     jp["fds"] = fds;
     if (!p.mounts.empty()) {
@@ -338,6 +377,7 @@ json snapshot_to_json(const Snapshot& s) {
                      {"pending_on_listener", k.pending_on_listener},
                      {"remote_is_local_host", k.remote_is_local_host}});
   j["sockets"] = socks;
+  if (!s.file_locks.empty()) j["file_locks"] = file_locks_to_json(s.file_locks);
   json segs = json::array();
   for (const auto& g : s.shm.largest)
     segs.push_back({{"name", g.name},
@@ -519,6 +559,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         get_if(jf, "ready_events", f.ready_events);
         get_if(jf, "queued_bytes", f.queued_bytes);
         get_if(jf, "mnt_id", f.mnt_id);
+        get_device(jf, f.dev_major, f.dev_minor);
+        f.locks = file_locks_from_json(jf, "locks");
         p.fds.push_back(std::move(f));
       }
       for (const auto& jm : jp.value("mounts", json::array())) {
@@ -563,6 +605,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jk, "remote_is_local_host", k.remote_is_local_host);
       s.sockets.push_back(std::move(k));
     }
+    s.file_locks = file_locks_from_json(j, "file_locks");
     if (j.contains("shm") && j.at("shm").is_object()) {
       const json& sh = j.at("shm");
       get_if(sh, "available", s.shm.available);

@@ -1,7 +1,9 @@
 #include "hangtrace/syscalls.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/futex.h>
+#include <sys/file.h>
 #include <poll.h>
 #include <time.h>
 
@@ -93,10 +95,18 @@ const char* wait_class_name(WaitClass c) {
       return "sleep";
     case WaitClass::Pause:
       return "signal-wait";
+    case WaitClass::FileLock:
+      return "file-lock";
     case WaitClass::Other:
       return "other";
   }
   return "none";
+}
+
+bool waits_for_file_lock(int64_t nr, const uint64_t args[6]) {
+  if (nr == HT_NR_flock) return (args[1] & LOCK_NB) == 0 && (args[1] & (LOCK_SH | LOCK_EX)) != 0;
+  if (nr == HT_NR_fcntl) return args[1] == F_SETLKW || args[1] == F_OFD_SETLKW;
+  return false;
 }
 
 bool wait_class_takes_fd(WaitClass c) {

@@ -123,6 +123,11 @@ std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read
       o.notes.push_back(fmt::format("{} bytes queued: the wait is about to end", f->queued_bytes));
   } else if (f->queued_bytes == 0 && want_read && f->kind == FdKind::Pipe) {
     graph_.objects[id].notes.push_back("pipe is empty (0 bytes queued)");
+  } else if (f->queued_bytes > 0 && !want_read && f->kind == FdKind::Pipe) {
+    WaitObject& o = graph_.objects[id];
+    const std::string note = fmt::format(
+        "pipe is full ({} bytes queued): the writer waits for a reader to take some", f->queued_bytes);
+    if (std::find(o.notes.begin(), o.notes.end(), note) == o.notes.end()) o.notes.push_back(note);
   }
   return id;
 }

@@ -35,6 +35,8 @@ const char* object_kind_name(ObjectKind k) {
       return "child";
     case ObjectKind::Gil:
       return "gil";
+    case ObjectKind::FileLock:
+      return "file-lock";
     case ObjectKind::Unknown:
       return "unknown";
   }
@@ -221,12 +223,15 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
       id = fd_object(p, static_cast<int>(t.syscall.args[0]), want_read, w);
       blocked();
       const WaitObject& o = graph_.objects[id];
+      // The standard streams by name: "writes on stdout (pipe:[5] (write end))".
+      static constexpr const char* kStreams[] = {"stdin", "stdout", "stderr"};
+      const uint64_t fd = t.syscall.args[0];
       w.summary = fmt::format("{} on {}",
                               desc.wait == WaitClass::FdWrite   ? "writes"
                               : desc.wait == WaitClass::Accept  ? "accepts"
                               : desc.wait == WaitClass::Connect ? "connects"
                                                                 : "reads",
-                              o.label);
+                              fd < 3 ? fmt::format("{} ({})", kStreams[fd], o.label) : o.label);
       break;
     }
     case WaitClass::Poll:
@@ -264,6 +269,15 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
       id = child_object(p, t);
       blocked();
       w.summary = "waits for " + graph_.objects[id].label;
+      break;
+    case WaitClass::FileLock:
+      if (!waits_for_file_lock(t.syscall.nr, t.syscall.args)) {
+        w.activity = Activity::Running;  // F_GETFL, F_SETLK, LOCK_NB: returns at once
+        break;
+      }
+      id = file_lock_object(p, t);
+      blocked();
+      w.summary = "waits to lock " + graph_.objects[id].label;
       break;
     case WaitClass::Sleep:
       w.activity = Activity::Sleeping;

@@ -68,6 +68,12 @@ class GraphBuilder {
   // activity, summary and object and returns true; false when it is not one.
   bool fs_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w);
 
+  // ---- lock_objects.cpp ---------------------------------------------------------
+  // The file lock `t` waits to take (flock, fcntl F_SETLKW/F_OFD_SETLKW),
+  // released by the processes holding a conflicting lock (/proc/locks, and
+  // for OFD locks the fdinfo "lock:" lines of the fds that hold them).
+  std::string file_lock_object(const ProcessInfo& p, const ThreadInfo& t);
+
   // ---- fd_objects.cpp -----------------------------------------------------------
   // `nesting`: how many epolls deep this fd was reached (0: the wait's own
   // fd); an epoll among them is expanded (epoll_objects).

@@ -130,6 +130,13 @@ Result<FdInfo> parse_fdinfo(std::string_view text) {
     }
     std::string_view key, value;
     if (!split_key_value(trimmed, key, value)) continue;
+    if (key == "lock") {
+      // A lock line another process's use of the file controls: one that
+      // does not parse is left out, not an error for the whole fd.
+      if (info.locks.size() < kMaxFdLocks)
+        if (auto l = parse_lock_line(value)) info.locks.push_back(std::move(*l));
+      continue;
+    }
     if (key == "pos") {
       auto v = parse_u64(value);
       if (!v) return parse_error("fdinfo", fmt::format("bad pos '{}'", value));

@@ -189,6 +189,17 @@ Result<std::vector<UnixSocketEntry>> ProcFs::unix_sockets(int pid, int* err) con
   return read_and_parse<std::vector<UnixSocketEntry>>(pid_path(pid) + "/net/unix", err, parse_unix_sockets);
 }
 
+Result<std::vector<FileLock>> ProcFs::locks(int* err) const {
+  auto text = read_text_prefix(root_ + "/locks", kMaxLocksBytes, err);
+  if (!text) return make_error(text.error());
+  // A cut file ends inside a line: that line is dropped, the rest kept.
+  std::string_view whole = text->text;
+  if (text->cut) whole = whole.substr(0, whole.rfind('\n') == std::string_view::npos ? 0 : whole.rfind('\n'));
+  auto parsed = parse_locks(whole);
+  if (!parsed) return make_error(fmt::format("{} ({}/locks)", parsed.error(), root_));
+  return std::move(*parsed);
+}
+
 // ---- hangtrace itself ---------------------------------------------------------------------
 
 Result<std::string> ProcFs::self_exe(int* err) const { return read_link(self_path() + "/exe", err); }

@@ -26,6 +26,11 @@ constexpr Rule kHostRules[] = {
     rules::slow_job_findings,  // data-starved, io-bound, lock-contention, collective-skew, gpu-idle (live)
 };
 
+// After the device rules too: the floor judges what no other finding covers.
+constexpr Rule kFloorRules[] = {
+    rules::no_progress_findings,  // no-progress
+};
+
 // The rules that pair the GPU side with the host: they point into the host
 // findings, and see those, not each other's.
 constexpr Rule kDeviceRules[] = {
@@ -53,12 +58,14 @@ Diagnosis diagnose(const Snapshot& snapshot, const AnalysisOptions& options, con
   std::vector<Finding> device;
   for (Rule rule : kDeviceRules) append(device, rule(ctx));
   append(ctx.findings, std::move(device));
+  for (Rule rule : kFloorRules) append(ctx.findings, rule(ctx));
 
   d.findings = std::move(ctx.findings);
   rules::order_findings(d.findings);
   rules::group_by_cause(ctx, d.findings);
   if (live) rules::add_live_evidence(ctx, d.findings);
-  d.verdict = rules::verdict_for(snapshot, d.graph, d.findings);
+  d.verdict = rules::verdict_for(snapshot, d.graph, d.findings,
+                                 d.findings.empty() ? rules::progress_seen(ctx) : std::string());
   if (d.verdict.status == "hang" || d.verdict.status == "suspect")
     d.progress_stopped = rules::progress_stopped(ctx, d.findings.front());
   return d;

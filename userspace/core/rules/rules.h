@@ -50,6 +50,13 @@ std::string peer_labels(const RuleContext& ctx, const std::vector<int>& pids);
 std::vector<Finding> dns_wait_findings(const RuleContext& ctx);
 bool is_dns_lookup(const RuleContext& ctx, const ThreadWait& w);
 
+// stalled.cpp: no-progress (the floor: a main thread that has not moved for
+// --stall-after, nothing it waits on moving, that no other finding explains;
+// it runs after every other host rule), and what the verdict says of a job
+// that made progress.
+std::vector<Finding> no_progress_findings(const RuleContext& ctx);
+std::string progress_seen(const RuleContext& ctx);
+
 // resources.cpp: shm-exhausted; process-killed and memory-growth (live only).
 std::vector<Finding> shm_exhausted_findings(const RuleContext& ctx);
 std::vector<Finding> process_killed_findings(const RuleContext& ctx);
@@ -79,6 +86,8 @@ void number_findings(std::vector<Finding>& findings);
 // threads of another is moved after the root of its chain of causes, with
 // caused_by naming that root; roots keep their order, the first is the verdict.
 void group_by_cause(const RuleContext& ctx, std::vector<Finding>& findings);
-Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings);
+// `progress` says why a job with no finding is not stalled (progress_seen).
+Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings,
+                    const std::string& progress = "");
 
 }  // namespace hangtrace::rules

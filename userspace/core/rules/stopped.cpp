@@ -1,4 +1,5 @@
-// stopped: a process of the job that is not running at all -- stopped by a
+// stopped: a process of the job (or one outside it that the job waits on)
+// that is not running at all -- stopped by a
 // signal (SIGSTOP, SIGTSTP; state T), held in a ptrace stop by a debugger
 // or strace (state t), or frozen by its cgroup's freezer (state D or S, so
 // only the cgroup tells) -- releases nothing until someone resumes it, so every
@@ -54,7 +55,6 @@ std::pair<std::string, std::string> stop_cause(const ProcessInfo& p, const Threa
 std::vector<Finding> stopped_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
   for (const auto& p : ctx.snap.processes) {
-    if (p.role == ProcessRole::Peer) continue;
     std::vector<const ThreadInfo*> stopped;
     for (const auto& t : p.threads)
       if (is_stopped(p, t)) stopped.push_back(&t);
@@ -96,6 +96,17 @@ std::vector<Finding> stopped_findings(const RuleContext& ctx) {
           waiting.push_back(tid);
           break;
         }
+    }
+    // A process outside the job (the reader of its stdout pipe, the holder
+    // of a lock it waits for) matters when the job waits on it.
+    // ... and it has held the job up past --stall-after (a pipe's reader
+    // paused for a moment is no finding).
+    if (p.role == ProcessRole::Peer) {
+      std::erase_if(waiting, [&](int tid) {
+        const ThreadWait* w = ctx.wait_of(tid);
+        return !w || !w->blocked_s || *w->blocked_s < ctx.opt.stall_after_s;
+      });
+      if (waiting.empty()) continue;
     }
     // A whole process stopped freezes its part of the job; one stopped
     // thread of a running process (a debugger on one thread) may not.

@@ -20,7 +20,8 @@ void number_findings(std::vector<Finding>& findings) {
   for (size_t i = 0; i < findings.size(); ++i) findings[i].id = fmt::format("F{}", i + 1);
 }
 
-Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings) {
+Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vector<Finding>& findings,
+                    const std::string& progress) {
   Verdict v;
   if (findings.empty()) {
     size_t blocked = 0, timed = 0;
@@ -33,6 +34,7 @@ Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vec
         "no hang found: {} threads in {} processes, {} blocked without timeout, {} in timed waits, none "
         "stuck in a wait that can never end",
         graph.threads.size(), snap.processes.size(), blocked, timed);
+    if (!progress.empty()) v.summary += "; " + progress;
     return v;
   }
   const Finding& top = findings.front();
@@ -41,7 +43,8 @@ Verdict verdict_for(const Snapshot& snap, const WaitGraph& graph, const std::vec
     const double share = top.details.contains("share") && top.details["share"].is_number()
                              ? top.details["share"].get<double>()
                              : 0.0;
-    v.summary = fmt::format("slow: {} ({:.0f}%): {}", finding_kind_name(top.kind), share * 100.0, top.summary);
+    v.summary =
+        fmt::format("slow: {} ({:.0f}%): {}", finding_kind_name(top.kind), share * 100.0, top.summary);
   } else if (top.severity != Severity::Critical) {
     v.status = "suspect";
     v.summary = fmt::format("no hang proven, but: {}", top.summary);

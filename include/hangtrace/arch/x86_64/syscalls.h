@@ -14,7 +14,8 @@
  *         the BPF syscall dispatcher tracks the call: Futex the futex
  *         concern; FdRead, FdWrite, Epoll, Accept, Connect the blocking
  *         concern, args[0] an fd; Poll, Select, ChildWait, Sleep the blocking
- *         concern, no fd; None, Pause, Other neither (named in reports only)
+ *         concern, no fd; None, Pause, FileLock, Other neither (named in
+ *         reports only; FileLock waits are read from /proc/locks)
  *   kind  the wait kind its waits are counted under (enum ht_wait_kind,
  *         abi.h: FUTEX, IO, NET, POLL, CHILD, SLEEP), NONE for calls neither
  *         concern tracks
@@ -58,7 +59,8 @@
   X(wait4,            61, ChildWait, CHILD, NONE)            \
   X(msgsnd,           69, Other,     NONE,  NONE)            \
   X(msgrcv,           70, Other,     NONE,  NONE)            \
-  X(flock,            73, Other,     NONE,  NONE)            \
+  X(fcntl,            72, FileLock,  NONE,  NONE)            \
+  X(flock,            73, FileLock,  NONE,  NONE)            \
   X(fsync,            74, Other,     NONE,  NONE)            \
   X(truncate,         76, None,      NONE,  CALL)            \
   X(ftruncate,        77, None,      NONE,  CALL)            \

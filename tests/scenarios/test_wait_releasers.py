@@ -1,0 +1,115 @@
+"""Waits whose releaser is outside the job: a file lock another process
+holds (flock, POSIX, OFD; the flock's holder another user), the job's stdout
+into a pipe whose reader stopped reading (asleep elsewhere, SIGSTOPped), and
+pause() for a signal nobody sends. Each is a critical finding that names the
+object and the process that could end the wait -- never "no hang found"."""
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import unittest
+
+from scenario_support import (PYTHON, ScenarioTestCase, _syscall_numbers, parse_marker, proc_state,
+                              requires_bpf_and_torch, wait_for, wait_until_blocked, workload)
+
+SYS = _syscall_numbers()
+NOBODY = 65534
+
+
+def chain_text(finding):
+    return "\n".join("%s %s %s" % (s.get("from"), s.get("edge"), s.get("to")) for s in finding.get("chain", []))
+
+
+@requires_bpf_and_torch
+class WaitReleasers(ScenarioTestCase):
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix="hangtrace-releasers-")
+        os.chmod(self.dir, 0o777)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def assertStalledOn(self, report, main, releaser, words):
+        self.assertEqual(report.returncode, 2, report.dump())
+        first = report.findings[0]
+        self.assertEqual(first.get("severity"), "critical", report.dump())
+        text = first.get("summary", "") + "\n" + chain_text(first)
+        for w in words:
+            self.assertIn(w, text, report.dump())
+        self.assertIn(main, first.get("tids", []) + (first.get("details") or {}).get("waiting_tids", []),
+                      report.dump())
+        self.assertIn(releaser, first.get("pids", []) +
+                      [r.get("pid") for r in (first.get("details") or {}).get("releasers", [])], report.dump())
+        self.assertTrue(first.get("advice"), report.dump())
+        entry = report.process(releaser)
+        self.assertIsNotNone(entry, report.dump())
+        self.assertEqual(entry.get("role"), "peer", report.dump())
+        return first
+
+    def test_a_file_lock_held_by_another_process(self):
+        for kind, nr in (("flock", "flock"), ("posix", "fcntl"), ("ofd", "fcntl")):
+            with self.subTest(kind=kind):
+                path = os.path.join(self.dir, "cache-%s.lock" % kind)
+                with open(path, "w"):
+                    pass
+                os.chmod(path, 0o666)
+                # The holder is not of the job -- another user's, for flock.
+                wrapper = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"] \
+                    if kind == "flock" and shutil.which("setpriv") else None
+                holder_w = self.start("releasers.py", "lock-hold", kind, path, wrapper=wrapper)
+                holder = parse_marker(holder_w.wait_for_line("READY"))["holder"][0]
+                job = self.start("releasers.py", "lock-take", kind, path)
+                main = parse_marker(job.wait_for_line("READY"))["main"][0]
+                wait_until_blocked(main, main_syscalls=[SYS[nr]], settle=1.2)
+                report = self.hangtrace(main, "--stall-after", "1")
+                first = self.assertStalledOn(report, main, holder, [path, "peer %d" % holder])
+                self.assertEqual(first.get("kind"), "no-progress", report.dump())
+                self.assertIn("has not moved for", first.get("summary", ""), report.dump())
+                self.assertIn("kill %d" % holder, " ".join(first.get("advice", [])), report.dump())
+                holder_w.kill()
+                job.kill()
+
+    def test_stdout_into_a_pipe_whose_reader_sleeps(self):
+        pipeline = "%s -u %s write-stdout | %s -u %s read-stdin sleep" % (
+            PYTHON, workload("releasers.py"), PYTHON, workload("releasers.py"))
+        w = self.start_argv(["bash", "-c", pipeline])
+        marker = parse_marker(w.wait_for_line("READY"))
+        main, reader = marker["main"][0], marker["reader"][0]
+        wait_until_blocked(main, main_syscalls=[SYS["write"]], settle=1.2)
+        report = self.hangtrace(main, "--stall-after", "1")
+        first = self.assertStalledOn(report, main, reader, ["stdout", "pipe:[", "peer %d" % reader,
+                                                            "does not read or write it"])
+        self.assertEqual(first.get("kind"), "no-progress", report.dump())
+        self.assertIn("pipe is full", chain_text(first), report.dump())
+        self.assertIn("send the job's output to a file", " ".join(first.get("advice", [])), report.dump())
+
+    def test_stdout_into_a_pipe_whose_reader_is_stopped(self):
+        pipeline = "%s -u %s write-stdout | %s -u %s read-stdin slow" % (
+            PYTHON, workload("releasers.py"), PYTHON, workload("releasers.py"))
+        w = self.start_argv(["bash", "-c", pipeline])
+        marker = parse_marker(w.wait_for_line("READY"))
+        main, reader = marker["main"][0], marker["reader"][0]
+        os.kill(reader, signal.SIGSTOP)
+        self.addCleanup(lambda: os.kill(reader, signal.SIGCONT) if proc_state(reader) else None)
+        wait_for(lambda: proc_state(reader) == "T", 30, "the reader to stop")
+        wait_until_blocked(main, main_syscalls=[SYS["write"]], settle=1.2)
+        report = self.hangtrace(main, "--stall-after", "1")
+        first = self.assertStalledOn(report, main, reader, ["peer %d" % reader])
+        self.assertEqual(first.get("kind"), "stopped", report.dump())
+        self.assertIn("kill -CONT %d" % reader, " ".join(first.get("advice", [])), report.dump())
+
+    def test_pause_for_a_signal_nobody_sends(self):
+        job = self.start("releasers.py", "pause")
+        main = parse_marker(job.wait_for_line("READY"))["main"][0]
+        wait_until_blocked(main, main_syscalls=[SYS["pause"]], settle=1.2)
+        report = self.hangtrace(main, "--stall-after", "1")
+        self.assertEqual(report.returncode, 2, report.dump())
+        first = report.findings[0]
+        self.assertEqual(first.get("kind"), "no-progress", report.dump())
+        self.assertIn("waits for a signal", first.get("summary", ""), report.dump())
+        self.assertIn("unknown", first.get("summary", ""), report.dump())
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,110 @@
+"""Waits whose releaser is outside the job (test_wait_releasers.py).
+
+  releasers.py lock-hold KIND PATH [cycle]
+      takes a KIND lock (flock | posix | ofd) on PATH, prints
+      "READY holder=PID", then keeps it -- or with `cycle`, holds it 0.5 s
+      and lets it go 0.5 s, over and over (a lock that is released every second)
+  releasers.py lock-take KIND PATH [loop]
+      prints "READY main=PID", then waits for the same lock; with `loop`,
+      takes it, works 50 ms, lets it go, over and over, printing "TOOK N"
+  releasers.py write-stdout
+      prints "READY main=PID" on stdout, then writes lines to stdout forever
+  releasers.py read-stdin MODE
+      the reader of a pipe: forwards the first line it reads with its pid
+      ("READY main=1 reader=PID"), then `sleep`s for an hour without reading,
+      or reads 4 KiB every 50 ms (`slow`)
+  releasers.py pause
+      prints "READY main=PID", then waits in pause() for a signal nobody sends
+  releasers.py sleep
+      prints "READY main=PID", then sleeps ten minutes in time.sleep
+"""
+import fcntl
+import os
+import signal
+import struct
+import sys
+import time
+
+
+def lock(kind, fd, blocking=True):
+    if kind == "flock":
+        fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    elif kind == "posix":
+        fcntl.lockf(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    elif kind == "ofd":
+        # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
+        arg = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLKW if blocking else fcntl.F_OFD_SETLK, arg)
+    else:
+        raise SystemExit("unknown lock kind %r" % kind)
+
+
+def unlock(kind, fd):
+    if kind == "flock":
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    elif kind == "posix":
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+    else:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
+
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    what = sys.argv[1]
+    if what == "lock-hold":
+        kind, path = sys.argv[2], sys.argv[3]
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock(kind, fd)
+        say("READY holder=%d" % os.getpid())
+        if sys.argv[4:] == ["cycle"]:
+            while True:
+                time.sleep(0.5)
+                unlock(kind, fd)
+                time.sleep(0.5)
+                lock(kind, fd)
+        while True:
+            time.sleep(3600)
+    elif what == "lock-take":
+        kind, path = sys.argv[2], sys.argv[3]
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        say("READY main=%d" % os.getpid())
+        if sys.argv[4:] == ["loop"]:
+            n = 0
+            while True:
+                lock(kind, fd)
+                time.sleep(0.05)
+                unlock(kind, fd)
+                n += 1
+                say("TOOK %d" % n)
+        lock(kind, fd)
+        say("LOCKED")
+        time.sleep(3600)
+    elif what == "write-stdout":
+        say("READY main=%d" % os.getpid())
+        line = "x" * 1023 + "\n"
+        while True:
+            sys.stdout.write(line)
+    elif what == "read-stdin":
+        first = sys.stdin.buffer.readline().decode().strip()
+        print("%s reader=%d" % (first, os.getpid()), flush=True)
+        if sys.argv[2] == "sleep":
+            time.sleep(3600)
+        while True:
+            os.read(0, 4096)
+            time.sleep(0.05)
+    elif what == "pause":
+        say("READY main=%d" % os.getpid())
+        signal.pause()
+    elif what == "sleep":
+        say("READY main=%d" % os.getpid())
+        time.sleep(600)
+    else:
+        raise SystemExit("unknown command %r" % what)
+
+
+if __name__ == "__main__":
+    main()
