@@ -101,7 +101,10 @@ struct WaitObject {
   bool releasers_certain = false;                   // releasers known exactly (a lock's owner, a peer socket)
   bool only_self_holders = false;                   // other end held only by the waiters' own process
   std::optional<int> owner_tid;                     // a lock's owner, when the lock word records it
-  std::vector<std::string> notes;                   // evidence about the object ("owner TID 77 is dead")
+  // The lock word's owner is a TID of a pid namespace (a container's) that
+  // no thread sharing the lock has: owner_tid is then that TID as recorded.
+  bool owner_unresolved = false;
+  std::vector<std::string> notes;  // evidence about the object ("owner TID 77 is dead")
   // Socket endpoints, and whether the remote one is this host (a loopback
   // address or one of its interfaces).
   std::string local, remote;
@@ -134,7 +137,16 @@ struct ThreadWait {
   std::optional<double> blocked_s;        // from the kernel's scheduler bookkeeping
   bool progressed = false;                // CPU or I/O moved between the two samples
   std::vector<std::string> kernel_stack;  // function names, innermost first
+  // A poll: a thread that sleeps, wakes, re-checks and sleeps again (see
+  // is_poll): how often it wakes, and how long it was watched. Its objects
+  // are the locked files it may poll for.
+  std::optional<double> poll_period_s;
+  double poll_watched_s = 0;
 };
+
+// A watched thread polls: it woke at least 3 times, was found asleep in at
+// least 80 % of the samples and used under 5 % of a CPU.
+bool is_poll(const PollWatch& w);
 
 struct WaitGraph {
   std::map<std::string, WaitObject> objects;
@@ -205,6 +217,13 @@ WaitGraph build_wait_graph(const Snapshot& snapshot);
 // or "launcher" when the target runs ranks; "rank N"; "worker" (a child of
 // the main process or of a rank), "descendant", "peer"; "process" for none.
 std::string job_role_label(const Snapshot& snapshot, const ProcessInfo* process);
+// The same, saying what kind of child a "worker" or "descendant" is, for
+// findings and the process table: "DataLoader worker" (it runs torch's
+// worker loop), "multiprocessing child" (multiprocessing started it: its
+// bootstrap frames, or spawn/forkserver in its command line), "subprocess"
+// (it exec'd another program), else the coarse label. Metrics and profiles
+// keep the coarse one.
+std::string job_role_text(const Snapshot& snapshot, const ProcessInfo* process);
 
 struct ChainStep {
   std::string from;

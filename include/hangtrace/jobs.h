@@ -14,6 +14,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hangtrace/daemon.h"
@@ -118,6 +119,9 @@ JobShape job_shape(const Snapshot& snap);
 bool is_rank_process(const Snapshot& snap, const ProcessInfo& p);
 // The target, when it is no rank but starts them (torchrun and the like).
 bool is_launcher(const Snapshot& snap, const ProcessInfo& p);
+// A command line multiprocessing gave a child it started by exec (spawn,
+// forkserver, its resource tracker) rather than by fork.
+bool is_multiprocessing_exec_child(std::string_view cmdline);
 
 // What `pid` is in the job, for a line to the user: "the job's main process",
 // "a DataLoader worker of job 8974", "rank 1 (local rank 1) of job 8970",

@@ -177,6 +177,20 @@ struct PythonLockWait {
   int owner_tid = 0;        // the holder where the lock records it (RLock), else 0
 };
 
+// A thread found asleep on a timer at both progress samples, then watched a
+// little longer (collector_polls.cpp): a loop that sleeps and re-checks -- a
+// poll -- wakes again and again and does almost nothing in between.
+struct PollWatch {
+  double watched_s = 0;         // how long it was watched
+  uint64_t sleeps = 0;          // voluntary context switches in that time
+  uint64_t cpu_ns = 0;          // CPU it used in that time
+  int samples = 0, asleep = 0;  // samples taken, and those that found it in a sleep call
+  // Its process's fds on files that another process holds a lock on, and
+  // it does not: what a lock-polling loop (LOCK_NB, F_SETLK and retry) is
+  // after. Empty for a loop whose file it closes between tries.
+  std::vector<int> lock_fds;
+};
+
 struct ThreadInfo {
   int tid = 0;
   std::string comm;
@@ -188,6 +202,10 @@ struct ThreadInfo {
   // 0 when none: a debugger or strace attached, and in a ptrace stop (t).
   int tracer_pid = 0;
   std::string tracer_comm;
+  // Its id in its process's innermost pid namespace (/proc status NSpid's
+  // last): what a lock word inside a container records as owner. 0 when
+  // not in a container, or unknown.
+  int ns_tid = 0;
   uint64_t voluntary_switches = 0;  // /proc status voluntary_ctxt_switches
   uint64_t involuntary_switches = 0;
   // Progress counters sampled twice (start and end of the snapshot):
@@ -195,6 +213,7 @@ struct ThreadInfo {
   uint64_t cpu_ns_start = 0, cpu_ns_end = 0;
   uint64_t io_bytes_start = 0, io_bytes_end = 0;
   bool progress_sampled = false;
+  std::optional<PollWatch> poll;  // set for a main thread asleep on a timer at both samples
   // Empty when not read (not a Python process, or the read failed: see
   // python_stack_error).
   std::vector<UserFrame> python_stack;

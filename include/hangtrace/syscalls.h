@@ -37,6 +37,10 @@ const char* wait_class_name(WaitClass c);
 // Whether a call of class FileLock sleeps until the lock is free: flock
 // without LOCK_NB, fcntl F_SETLKW / F_OFD_SETLKW (not F_SETLK, F_GETFL, ...).
 bool waits_for_file_lock(int64_t nr, const uint64_t args[6]);
+// Whether a call only sleeps: nanosleep, clock_nanosleep, and select/poll
+// given no fds to watch and a timeout (time.sleep on CPython before 3.11
+// is a select).
+bool only_sleeps(int64_t nr, const uint64_t args[6]);
 // Whether a call of this class waits on the fd in its args[0] (read, send,
 // accept, epoll_wait, ...).
 bool wait_class_takes_fd(WaitClass c);

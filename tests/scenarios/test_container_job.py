@@ -7,8 +7,9 @@ pid 1 of its namespace. Where the cgroup v1 memory controller is writable the
 container also gets a Docker-style cgroup, /docker/<64 hex digits>.
 
 From the host, by the host pid: the report shows both pids of each process
-(NSpid), the container id from the cgroup, and the container's /dev/shm --
-not the host's.
+(NSpid), the container id from the cgroup, the container's /dev/shm -- not
+the host's -- and the Python stacks of threads the interpreter knows by their
+ids inside the namespace.
 """
 import os
 import secrets
@@ -91,6 +92,18 @@ class ContainerJob(ScenarioTestCase):
         for p in report.json.get("processes") or []:   # every process: host pid first
             self.assertEqual((p.get("ns_pids") or [None])[0], p.get("pid"), report.dump())
             self.assertEqual(len(p.get("ns_pids")), 2, report.dump())
+
+    def test_python_stacks_of_threads_known_by_their_container_ids(self):
+        # The interpreter names its threads by their ids in the pid namespace
+        # (native_thread_id, struct pthread's tid): matched through NSpid.
+        report = run_hangtrace_args(["--pid", self.main, "--json", "-"])
+        self.assertNoCrash(report)
+        entry = report.process(self.main)
+        self.assertIsNotNone(entry, report.dump())
+        thread = next(t for t in entry["threads"] if t["tid"] == self.main)
+        stack = thread.get("python_stack") or []
+        self.assertTrue(any(f.get("file", "").endswith("dataloader_shm_full.py") for f in stack),
+                        "no Python stack for the container's main thread\n" + report.dump())
 
     def test_the_containers_dev_shm_not_the_hosts(self):
         report = run_hangtrace_args(["--pid", self.main, "--json", "-"])

@@ -2,8 +2,11 @@
 
 - The target exits at a random point of a snapshot: 200 snapshots of a
   small job (3 threads, 2 children, a pipe; every fourth one a Python
-  interpreter) that exits at a random time between its marker and 1.3 times
-  as long as a snapshot of it takes. Never a crash or a
+  interpreter) that is SIGKILLed at a random time between its marker and
+  1.3 times as long as a snapshot of it takes (from outside: a target
+  asleep for less than half a second would be watched as a possible poll
+  until it woke, collector_polls.cpp, so an exit at the end of its own
+  sleep would always come before the snapshot ends). Never a crash or a
   sanitizer report; always exit 0, 1 or 2, a JSON report that parses, and on
   failure one clear line.
 - hangtrace's live window and the daemon SIGKILLed at random points of
@@ -35,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -164,13 +168,17 @@ class Faults(ScenarioTestCase):
         span_us = int(calibration.wall_s * 1.3e6)
         for i in range(SNAPSHOTS):
             delay_us = self.rng.randrange(0, span_us)
+            asleep_us = str(600_000_000)  # it sleeps long; the kill ends it
             if i % 4 == 3:
-                argv = [PYTHON, "-S", "-c", SHORT_LIVED_PY, str(delay_us), TAG]
+                argv = [PYTHON, "-S", "-c", SHORT_LIVED_PY, asleep_us, TAG]
             else:
-                argv = [repro_path("repro_short_lived"), str(delay_us), TAG]
+                argv = [repro_path("repro_short_lived"), asleep_us, TAG]
             target = self.start_argv(argv)
             pid = parse_marker(target.wait_for_line("READY", timeout=30))["pid"][0]
+            killer = threading.Timer(delay_us / 1e6, os.kill, (pid, signal.SIGKILL))
+            killer.start()
             report = run_hangtrace_measured(["--pid", pid, "--json", "-"], timeout=120)
+            killer.join()
             self.stop(target)
             what = "snapshot %d (%s, exit after %d us)\n%s" % (i, os.path.basename(argv[0]), delay_us, report.dump())
             self.assertFalse(report.timed_out, what)
@@ -187,7 +195,7 @@ class Faults(ScenarioTestCase):
                 self.assertIsInstance(report.json, dict, what)
                 self.assertEqual(report.json.get("target_pid"), pid, what)
             outcomes[report.returncode] += 1
-        sys.stderr.write("faults: %d snapshots of targets exiting 0-%d ms after their marker (a snapshot takes "
+        sys.stderr.write("faults: %d snapshots of targets killed 0-%d ms after their marker (a snapshot takes "
                          "%.0f ms): exits %s; failures: %s\n" % (SNAPSHOTS, span_us // 1000, calibration.wall_s * 1e3,
                                                                   dict(outcomes), dict(failures)))
         self.assertEqual(sum(outcomes.values()), SNAPSHOTS)

@@ -1,8 +1,10 @@
 """Waits whose releaser is outside the job: a file lock another process
 holds (flock, POSIX, OFD; the flock's holder another user), the job's stdout
 into a pipe whose reader stopped reading (asleep elsewhere, SIGSTOPped), and
-pause() for a signal nobody sends. Each is a critical finding that names the
-object and the process that could end the wait -- never "no hang found"."""
+pause() for a signal nobody sends, and loops that poll (for a lock another
+process holds; for a file that never appears). Each is a finding that names
+the object and the process that could end the wait -- critical where that
+process is known not to move -- never "no hang found"."""
 import os
 import shutil
 import signal
@@ -69,6 +71,34 @@ class WaitReleasers(ScenarioTestCase):
                 self.assertIn("kill %d" % holder, " ".join(first.get("advice", [])), report.dump())
                 holder_w.kill()
                 job.kill()
+
+    def test_a_lock_polled_for_held_by_another_process(self):
+        # The lock-file libraries' way: LOCK_NB, sleep, try again.
+        path = os.path.join(self.dir, "polled.lock")
+        holder_w = self.start("releasers.py", "lock-hold", "flock", path)
+        holder = parse_marker(holder_w.wait_for_line("READY"))["holder"][0]
+        job = self.start("releasers.py", "lock-poll", "flock", path)
+        main = parse_marker(job.wait_for_line("READY"))["main"][0]
+        wait_until_blocked(holder, main_syscalls=[SYS["clock_nanosleep"]], settle=1.2)
+        report = self.hangtrace(main, "--stall-after", "1")
+        first = self.assertStalledOn(report, main, holder, [path, "peer %d" % holder, "polls"])
+        self.assertEqual(first.get("kind"), "no-progress", report.dump())
+        self.assertTrue((first.get("details") or {}).get("polls"), report.dump())
+        self.assertIn("releasers.py:", first.get("summary", ""), report.dump())
+        self.assertIn("kill %d" % holder, " ".join(first.get("advice", [])), report.dump())
+
+    def test_a_loop_polling_for_a_file_that_never_appears(self):
+        # Nothing the kernel shows: a warning that names the loop, never "no hang found".
+        job = self.start("releasers.py", "wait-file", os.path.join(self.dir, "never"))
+        main = parse_marker(job.wait_for_line("READY"))["main"][0]
+        report = self.hangtrace(main, "--stall-after", "1")
+        self.assertEqual(report.returncode, 0, report.dump())
+        self.assertEqual(report.json["verdict"]["status"], "suspect", report.dump())
+        first = report.findings[0]
+        self.assertEqual((first.get("kind"), first.get("severity")), ("no-progress", "warning"), report.dump())
+        self.assertIn("polls in", first.get("summary", ""), report.dump())
+        self.assertIn("releasers.py:", first.get("summary", ""), report.dump())
+        self.assertIn("every ~", first.get("summary", ""), report.dump())
 
     def test_stdout_into_a_pipe_whose_reader_sleeps(self):
         pipeline = "%s -u %s write-stdout | %s -u %s read-stdin sleep" % (

@@ -1,7 +1,8 @@
 """The healthy neighbours of test_wait_releasers.py: a job that sleeps on
 purpose, one whose stdout reader is slow but reads, and one taking a lock
-another process lets go every second. None gets a critical finding; the one
-that sleeps past --stall-after is not called healthy either (a warning)."""
+another process lets go every second (waited for, and polled for). None
+gets a critical finding; the one that sleeps past --stall-after is not
+called healthy either (a warning)."""
 import os
 import shutil
 import tempfile
@@ -45,6 +46,19 @@ class WaitReleasersHealthy(ScenarioTestCase):
         job = self.start("releasers.py", "lock-take", "flock", path, "loop")
         main = parse_marker(job.wait_for_line("READY"))["main"][0]
         job.wait_for_line("TOOK 2")
+        report = self.hangtrace(main, "--stall-after", "2")
+        self.assertNoCritical(report)
+
+    def test_a_lock_polled_for_that_is_released_every_second(self):
+        d = tempfile.mkdtemp(prefix="hangtrace-releasers-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "cache.lock")
+        holder = self.start("releasers.py", "lock-hold", "flock", path, "cycle")
+        holder.wait_for_line("READY")
+        job = self.start("releasers.py", "lock-poll", "flock", path)
+        main = parse_marker(job.wait_for_line("READY"))["main"][0]
+        job.wait_for_line("LOCKED")
+        job.wait_for_line("LOCKED")
         report = self.hangtrace(main, "--stall-after", "2")
         self.assertNoCritical(report)
 

@@ -7,7 +7,8 @@
 //      point at (cheap, and the peers depend on it);
 //   3. socket tables of every network namespace involved, then one scan of
 //      all fds on the host for the holders of the other ends (peers);
-//   4. first progress sample; BPF, maps, readiness probes, /dev/shm; sleep
+//   4. a main thread that sleeps on a timer watched a while (a poll?);
+//      first progress sample; BPF, maps, readiness probes, /dev/shm; sleep
 //      out the rest of the window; second progress sample.
 // Anything that vanishes mid-way is skipped; only the target vanishing is an
 // error.
@@ -292,6 +293,7 @@ Result<Snapshot> Collector::run() {
   }
   collect_file_locks();
   if (options_.include_peers) find_peers();
+  if (options_.watch_polls) watch_pollers();
 
   take_progress_samples(/*start=*/true);
   progress_start_s_ = monotonic_s();

@@ -18,6 +18,9 @@ struct CollectOptions {
   bool probe_readiness = true;         // pidfd_getfd + poll(0) / FIONREAD on waited fds
   double min_progress_window_s = 0.2;  // at least this long between progress samples
   bool native_stacks = true;           // unwind blocked threads' user stacks (needs use_bpf)
+  // Watch a main thread found asleep on a timer for a moment (up to 1.5 s):
+  // whether it polls (collector_polls.cpp).
+  bool watch_polls = true;
   // false: locate CPython's _PyRuntime by scanning its data, as if the
   // interpreter had no symbols (tests exercise that path with it).
   bool python_symbols = true;

@@ -43,12 +43,21 @@ void Collector::collect_file_locks() {
     limitation(fmt::format("who holds the file locks the job waits for is unknown: {}", locks.error()));
     return;
   }
+  add_file_locks(*locks, files, paths);
+}
+
+void Collector::add_file_locks(const std::vector<FileLock>& locks, const std::set<procfs::FileId>& files,
+                               const std::set<std::string>& paths) {
   std::unordered_set<int> in_snapshot;
   for (const auto& p : snap_.processes) in_snapshot.insert(p.pid);
   std::vector<int> holders;
   bool want_fd_scan = false;
-  for (const auto& l : *locks) {
+  for (const auto& l : locks) {
     if (!files.count(procfs::FileId{l.dev_major, l.dev_minor, l.inode})) continue;
+    if (std::any_of(snap_.file_locks.begin(), snap_.file_locks.end(), [&](const FileLock& have) {
+          return have.id == l.id && have.pid == l.pid && have.waiting == l.waiting && have.inode == l.inode;
+        }))
+      continue;  // already kept (a poller's file the job also waits on)
     snap_.file_locks.push_back(l);
     if (l.waiting) continue;
     // A holder named by pid that is alive; else (OFD, gone, another pid

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -98,6 +99,13 @@ class Collector {
   // /proc/locks on the files the job waits to lock, and the processes
   // holding those locks (peers when outside the job): collector_locks.cpp.
   void collect_file_locks();
+  // Keeps the lines of `locks` on `files` and pulls their holders outside the
+  // job in as peers (collector_locks.cpp).
+  void add_file_locks(const std::vector<FileLock>& locks, const std::set<procfs::FileId>& files,
+                      const std::set<std::string>& paths);
+  // Main threads asleep on a timer at both progress samples, watched a while
+  // longer: polls, and the locked files they may be after (collector_polls.cpp).
+  void watch_pollers();
   ProgressSample sample_progress(int pid, int tid) const;
   void take_progress_samples(bool start);
   void collect_kernel_views();

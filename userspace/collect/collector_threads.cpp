@@ -31,6 +31,7 @@ void Collector::collect_threads(ProcessInfo& p) {
     t.comm = st->comm;
     t.state = st->state;
     if (auto status = proc_.thread_status(p.pid, tid)) {
+      if (status->ns_pids.size() > 1) t.ns_tid = status->ns_pids.back();
       t.voluntary_switches = status->voluntary_ctxt_switches;
       t.involuntary_switches = status->nonvoluntary_ctxt_switches;
       if (status->tracer_pid > 0) {

@@ -232,11 +232,17 @@ std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const P
   // right before last_holder.
   if (o.runtime_gil_last_holder >= 8) p.python_gils.push_back(runtime_addr + o.runtime_gil_last_holder - 8);
 
+  // Inside a pid namespace (a container) the interpreter and libc know a
+  // thread by its id there, NSpid's last: matched by that, then named by
+  // the host's.
   std::unordered_map<int, ThreadInfo*> by_tid;
-  std::unordered_set<int> tids;
+  std::unordered_map<int, int> host_tid_of;  // the id the process sees -> the host's
+  std::unordered_set<int> tids;              // the ids the process sees
   for (auto& t : p.threads) {
     by_tid[t.tid] = &t;
-    tids.insert(t.tid);
+    const int seen = t.ns_tid ? t.ns_tid : t.tid;
+    host_tid_of[seen] = t.tid;
+    tids.insert(seen);
   }
 
   // 3.12+: each interpreter's own GIL.
@@ -259,6 +265,10 @@ std::string walk_python_threads(ProcessInfo& p, const MemoryReader& mem, const P
   const std::vector<TState>& tstates = states.tstates;
   const std::string& first_error = states.first_error;
   std::vector<int> tstate_tids = thread_state_tids(mem, o, tstates, tids);
+  for (int& id : tstate_tids) {
+    auto host = host_tid_of.find(id);
+    id = host == host_tid_of.end() ? 0 : host->second;
+  }
 
   for (size_t i = 0; i < tstates.size(); ++i) {
     auto it = by_tid.find(tstate_tids[i]);
@@ -311,6 +321,7 @@ struct PythonThreadStacks::Impl {
   std::unique_ptr<Walker> walker;  // over `mem` and `o`: declared after them
   procfs::ProcFs fs;
   std::unordered_map<int, uint64_t> tstates;  // tid -> its PyThreadState, as of the last scan
+  std::unordered_map<int, int> ns_tid_of;     // host tid -> its id in the process's pid namespace
   uint64_t last_scan_ns = 0;
   bool scanned = false;
   std::string scan_error;
@@ -320,6 +331,7 @@ struct PythonThreadStacks::Impl {
     last_scan_ns = now_ns;
     scanned = true;
     tstates.clear();
+    ns_tid_of.clear();
     uint64_t size = o.runtime_interpreters_head + 8;
     auto rt = walker->read(runtime, size, "_PyRuntime");
     if (!rt) {
@@ -329,13 +341,38 @@ struct PythonThreadStacks::Impl {
     ThreadStates states = read_thread_states(*walker, o, load_u64(*rt, o.runtime_interpreters_head));
     scan_error =
         states.interpreters == 0 ? "no interpreter (not initialized yet, or finalized)" : states.first_error;
+    // The ids the process sees, and the host's for each (they differ in a
+    // pid namespace: see walk_python_threads).
     std::unordered_set<int> tids;
-    if (!o.tstate_native_thread_id) {
-      if (auto t = fs.tids(pid)) tids.insert(t->begin(), t->end());
+    std::unordered_map<int, int> host_tid_of;
+    const bool in_namespace = [&] {
+      auto st = fs.status(pid);
+      return st && st->ns_pids.size() > 1;
+    }();
+    if (!o.tstate_native_thread_id || in_namespace) {
+      if (auto t = fs.tids(pid)) {
+        for (size_t i = 0; i < t->size() && i < kMaxThreads; ++i) {
+          int seen = (*t)[i];
+          if (in_namespace) {
+            auto st = fs.thread_status(pid, (*t)[i]);
+            if (!st || st->ns_pids.size() <= 1) continue;
+            seen = st->ns_pids.back();
+          }
+          tids.insert(seen);
+          host_tid_of[seen] = (*t)[i];
+        }
+      }
     }
     std::vector<int> ids = thread_state_tids(*mem, o, states.tstates, tids);
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] > 0) tstates.emplace(ids[i], states.tstates[i].addr);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      int id = ids[i];
+      if (in_namespace) {
+        auto host = host_tid_of.find(id);
+        id = host == host_tid_of.end() ? 0 : host->second;
+      }
+      if (id > 0) tstates.emplace(id, states.tstates[i].addr);
+      if (id > 0 && in_namespace) ns_tid_of[id] = ids[i];
+    }
   }
 
   // The thread state of `tid` read now, if it still names `tid`.
@@ -344,7 +381,8 @@ struct PythonThreadStacks::Impl {
     if (it == tstates.end()) return std::nullopt;
     auto bytes = walker->read(it->second, o.tstate_read_size, "thread state");
     if (!bytes) return std::nullopt;
-    if (o.tstate_native_thread_id && static_cast<int>(load_u64(*bytes, o.tstate_native_thread_id)) != tid)
+    if (o.tstate_native_thread_id && static_cast<int>(load_u64(*bytes, o.tstate_native_thread_id)) !=
+                                         (ns_tid_of.count(tid) ? ns_tid_of.at(tid) : tid))
       return std::nullopt;  // freed and reused for another thread
     return TState{it->second, std::move(*bytes)};
   }

@@ -249,6 +249,7 @@ json snapshot_to_json(const Snapshot& s) {
                    {"poll_fds", t.memory.poll_fds},
                    {"timeout_s", nullable(t.memory.timeout_s)},
                    {"timeout_absolute", t.memory.timeout_absolute}}},
+                 {"ns_tid", t.ns_tid},
                  {"voluntary_switches", t.voluntary_switches},
                  {"tracer_pid", t.tracer_pid},
                  {"tracer_comm", t.tracer_comm},
@@ -256,6 +257,10 @@ json snapshot_to_json(const Snapshot& s) {
                  {"cpu_ns", {t.cpu_ns_start, t.cpu_ns_end}},
                  {"io_bytes", {t.io_bytes_start, t.io_bytes_end}},
                  {"progress_sampled", t.progress_sampled}};
+      if (t.poll)
+        jt["poll"] = {{"watched_s", t.poll->watched_s}, {"sleeps", t.poll->sleeps},
+                      {"cpu_ns", t.poll->cpu_ns},       {"samples", t.poll->samples},
+                      {"asleep", t.poll->asleep},       {"lock_fds", t.poll->lock_fds}};
       if (t.kernel) {
         json stack = json::array();
         for (const auto& f : t.kernel->stack) stack.push_back({{"addr", f.addr}, {"symbol", f.symbol}});
@@ -472,6 +477,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           get_opt(m, "timeout_s", t.memory.timeout_s);
           get_if(m, "timeout_absolute", t.memory.timeout_absolute);
         }
+        get_if(jt, "ns_tid", t.ns_tid);
         get_if(jt, "voluntary_switches", t.voluntary_switches);
         get_if(jt, "tracer_pid", t.tracer_pid);
         get_if(jt, "tracer_comm", t.tracer_comm);
@@ -485,6 +491,17 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           if (v.size() == 2) t.io_bytes_start = v[0], t.io_bytes_end = v[1];
         }
         get_if(jt, "progress_sampled", t.progress_sampled);
+        if (jt.contains("poll") && jt.at("poll").is_object()) {
+          const json& pj = jt.at("poll");
+          PollWatch w;
+          get_if(pj, "watched_s", w.watched_s);
+          get_if(pj, "sleeps", w.sleeps);
+          get_if(pj, "cpu_ns", w.cpu_ns);
+          get_if(pj, "samples", w.samples);
+          get_if(pj, "asleep", w.asleep);
+          get_if(pj, "lock_fds", w.lock_fds);
+          t.poll = std::move(w);
+        }
         if (jt.contains("kernel") && jt.at("kernel").is_object()) {
           const json& k = jt.at("kernel");
           KernelTaskView v;

@@ -109,6 +109,15 @@ bool waits_for_file_lock(int64_t nr, const uint64_t args[6]) {
   return false;
 }
 
+bool only_sleeps(int64_t nr, const uint64_t args[6]) {
+  if (describe_syscall(nr).wait == WaitClass::Sleep) return true;
+  // With no timeout either, it waits for a signal: not a sleep.
+  if (nr == HT_NR_select || nr == HT_NR_pselect6) return args[0] == 0 && args[4] != 0;
+  if (nr == HT_NR_poll) return args[1] == 0 && static_cast<int>(args[2]) >= 0;
+  if (nr == HT_NR_ppoll) return args[1] == 0 && args[2] != 0;
+  return false;
+}
+
 bool wait_class_takes_fd(WaitClass c) {
   switch (c) {
     case WaitClass::FdRead:

@@ -7,6 +7,12 @@
   releasers.py lock-take KIND PATH [loop]
       prints "READY main=PID", then waits for the same lock; with `loop`,
       takes it, works 50 ms, lets it go, over and over, printing "TOOK N"
+  releasers.py lock-poll KIND PATH
+      prints "READY main=PID", then tries the lock without blocking every
+      50 ms until it gets it (LOCK_NB / F_SETLK, as lock-file libraries do),
+      then prints "LOCKED" and holds it 0.2 s, lets it go and starts over
+  releasers.py wait-file PATH
+      prints "READY main=PID", then checks every 50 ms for PATH to appear
   releasers.py write-stdout
       prints "READY main=PID" on stdout, then writes lines to stdout forever
   releasers.py read-stdin MODE
@@ -17,7 +23,20 @@
       prints "READY main=PID", then waits in pause() for a signal nobody sends
   releasers.py sleep
       prints "READY main=PID", then sleeps ten minutes in time.sleep
+  releasers.py popen-wait
+      starts a child (`flood`) with stdout=PIPE, prints "READY main=PID
+      child=PID", then Popen.wait()s for it: the child fills the pipe first
+  releasers.py join-before-get
+      starts a multiprocessing.Process that puts 1 MiB on a Queue, prints
+      "READY main=PID child=PID", then join()s it before get()
+  releasers.py dead-producer
+      starts a multiprocessing.Process that exits without putting anything,
+      prints "READY main=PID child=PID", then get()s from the Queue
+  releasers.py flood
+      writes 1 MiB to stdout
 """
+import multiprocessing
+import subprocess
 import fcntl
 import os
 import signal
@@ -53,6 +72,11 @@ def say(line):
     sys.stdout.flush()
 
 
+def produce(queue, put):
+    if put:
+        queue.put(b"x" * (1 << 20))
+
+
 def main():
     what = sys.argv[1]
     if what == "lock-hold":
@@ -83,6 +107,25 @@ def main():
         lock(kind, fd)
         say("LOCKED")
         time.sleep(3600)
+    elif what == "lock-poll":
+        kind, path = sys.argv[2], sys.argv[3]
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        say("READY main=%d" % os.getpid())
+        while True:
+            try:
+                lock(kind, fd, blocking=False)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            say("LOCKED")
+            time.sleep(0.2)
+            unlock(kind, fd)
+    elif what == "wait-file":
+        path = sys.argv[2]
+        say("READY main=%d" % os.getpid())
+        while not os.path.exists(path):
+            time.sleep(0.05)
+        say("APPEARED")
     elif what == "write-stdout":
         say("READY main=%d" % os.getpid())
         line = "x" * 1023 + "\n"
@@ -99,6 +142,24 @@ def main():
     elif what == "pause":
         say("READY main=%d" % os.getpid())
         signal.pause()
+    elif what == "popen-wait":
+        child = subprocess.Popen([sys.executable, __file__, "flood"], stdout=subprocess.PIPE)
+        say("READY main=%d child=%d" % (os.getpid(), child.pid))
+        child.wait()
+        say("WAITED")
+    elif what in ("join-before-get", "dead-producer"):
+        multiprocessing.set_start_method("fork")
+        queue = multiprocessing.Queue()
+        child = multiprocessing.Process(target=produce, args=(queue, what == "join-before-get"))
+        child.start()
+        say("READY main=%d child=%d" % (os.getpid(), child.pid))
+        if what == "join-before-get":
+            child.join()
+        queue.get()
+        say("GOT")
+    elif what == "flood":
+        sys.stdout.buffer.write(b"x" * (1 << 20))
+        sys.stdout.flush()
     elif what == "sleep":
         say("READY main=%d" % os.getpid())
         time.sleep(600)

@@ -119,10 +119,16 @@ std::string GraphBuilder::futex_object(const ProcessInfo& p, const ThreadInfo& t
   if (lock.semaphore_waiters)
     o.notes.push_back(
         fmt::format("semaphore value 0, {} waiter(s): no owner is recorded", *lock.semaphore_waiters));
-  if (lock.owner) o.owner_tid = lock.owner;
-
-  w.summary = fmt::format("waits on {}{}", o.label,
-                          lock.owner ? fmt::format(" held by TID {}", *lock.owner) : std::string());
+  if (lock.owner && !o.owner_tid) {  // the first waiter's reading: notes said once
+    std::optional<int> owner = owner_on_host(p, where, *lock.owner, o);
+    o.owner_tid = owner ? *owner : *lock.owner;
+    o.owner_unresolved = !owner;
+  }
+  std::string held_by;
+  if (lock.owner)
+    held_by = o.owner_unresolved ? fmt::format(" held by TID {} of its pid namespace", *o.owner_tid)
+                                 : fmt::format(" held by TID {}", *o.owner_tid);
+  w.summary = fmt::format("waits on {}{}", o.label, held_by);
   if (where.shared) o.holder_pids.push_back(p.pid);
   return id;
 }
@@ -155,17 +161,51 @@ std::string GraphBuilder::python_lock_object(const ProcessInfo& p, const PythonL
                       "section on that {}",
                       lock.object_type));
   }
-  if (lock.owner_tid) o.owner_tid = lock.owner_tid;
+  if (lock.owner_tid && !o.owner_tid) {
+    std::optional<int> owner = owner_on_host(p, *o.futex, static_cast<int>(lock.owner_tid), o);
+    o.owner_tid = owner ? *owner : static_cast<int>(lock.owner_tid);
+    o.owner_unresolved = !owner;
+  }
   w.summary = fmt::format("waits on {}{}", o.label,
-                          lock.owner_tid ? fmt::format(" held by TID {}", lock.owner_tid) : std::string());
+                          o.owner_tid ? fmt::format(" held by TID {}{}", *o.owner_tid,
+                                                    o.owner_unresolved ? " of its pid namespace" : "")
+                                      : std::string());
   return id;
 }
 
 // A lock whose word names its owner can be unlocked by that thread alone,
 // and only if it shares the lock's memory: the same process for a private
 // lock, a process mapping the same object for a shared one.
+std::optional<int> GraphBuilder::owner_on_host(const ProcessInfo& waiter, const FutexLocation& where,
+                                               int owner, WaitObject& o) {
+  if (waiter.ns_pids.size() <= 1) return owner;  // the host's own numbering
+  // First the threads that share the lock; then those of the job in the
+  // same namespace depth (a lock copied by fork names its parent's thread).
+  for (bool sharing : {true, false}) {
+    for (const auto& q : snap_.processes) {
+      if (q.ns_pids.size() != waiter.ns_pids.size()) continue;
+      const bool shares = where.shared ? maps_object(q, where.mapping) : q.pid == where.pid;
+      if (sharing ? !shares : (shares || q.role == ProcessRole::Peer)) continue;
+      for (const auto& t : q.threads) {
+        if (t.ns_tid != owner) continue;
+        if (t.tid != owner)
+          o.notes.push_back(
+              fmt::format("owner TID {} in the pid namespace of process {} is TID {} on the host", owner,
+                          process_label(waiter.pid), t.tid));
+        return t.tid;
+      }
+    }
+  }
+  o.notes.push_back(
+      fmt::format("owner TID {} (in the pid namespace of process {}) is not a live thread of any process "
+                  "sharing the lock",
+                  owner, process_label(waiter.pid)));
+  return std::nullopt;
+}
+
 void GraphBuilder::release_by_owner(WaitObject& o, const FutexLocation& where, int owner) {
   o.releasers_certain = true;
+  if (o.owner_unresolved) return;  // no thread has that id where it was taken: said by owner_on_host
   auto it = graph_.tid_to_pid.find(owner);
   if (it == graph_.tid_to_pid.end()) {
     o.notes.push_back(fmt::format("owner TID {} is not a live thread of any traced process", owner));

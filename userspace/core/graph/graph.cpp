@@ -10,6 +10,7 @@
 #include <set>
 
 #include "graph_builder.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace {
 
@@ -66,6 +67,13 @@ const char* activity_name(Activity a) {
 }
 
 WaitGraph build_wait_graph(const Snapshot& snapshot) { return graph::GraphBuilder(snapshot).build(); }
+
+bool is_poll(const PollWatch& w) {
+  if (w.sleeps < 3 || w.samples <= 0 || w.watched_s <= 0) return false;
+  const bool mostly_asleep = w.asleep * 5 >= w.samples * 4;
+  const bool almost_no_cpu = static_cast<double>(w.cpu_ns) < 0.05 * w.watched_s * 1e9;
+  return mostly_asleep && almost_no_cpu;
+}
 
 namespace graph {
 
@@ -210,7 +218,9 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
   auto blocked = [&] { w.activity = timed ? Activity::TimedWait : Activity::Blocked; };
   extra_objects_.clear();
   std::string id;
-  switch (desc.wait) {
+  // select/poll on no fds is a sleep (time.sleep before CPython 3.11).
+  const WaitClass wait = only_sleeps(t.syscall.nr, t.syscall.args) ? WaitClass::Sleep : desc.wait;
+  switch (wait) {
     case WaitClass::Futex:
       id = futex_object(p, t, w);
       if (!id.empty()) blocked();
@@ -281,7 +291,22 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
       break;
     case WaitClass::Sleep:
       w.activity = Activity::Sleeping;
-      w.summary = w.timeout_s ? fmt::format("sleeps {:.3g} s", *w.timeout_s) : "sleeps";
+      w.summary = w.timeout_s ? fmt::format("sleeps {}", format_short_duration(*w.timeout_s)) : "sleeps";
+      if (t.poll && is_poll(*t.poll)) {
+        w.poll_period_s = t.poll->watched_s / static_cast<double>(t.poll->sleeps);
+        w.poll_watched_s = t.poll->watched_s;
+        std::vector<std::string> labels;
+        for (int fd : t.poll->lock_fds) {
+          const std::string lock = polled_lock_object(p, fd);
+          w.objects.push_back(lock);
+          labels.push_back(graph_.objects[lock].label);
+        }
+        w.summary =
+            fmt::format("polls: sleeps, wakes and sleeps again every ~{} (watched {})",
+                        format_short_duration(*w.poll_period_s), format_short_duration(w.poll_watched_s));
+        if (!labels.empty())
+          w.summary += fmt::format(", while {} is held by another process", listed_labels(labels));
+      }
       break;
     case WaitClass::Pause: {
       WaitObject& o = object("signal", ObjectKind::Unknown, "a signal");

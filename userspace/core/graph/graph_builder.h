@@ -10,6 +10,7 @@
 // they are resolved once every thread has been classified.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ class GraphBuilder {
   std::string python_lock_object(const ProcessInfo& p, const PythonLockWait& lock, ThreadWait& w);
   void resolve_futex_releasers(WaitObject& o);
   void release_by_owner(WaitObject& o, const FutexLocation& where, int owner);
+  // The host TID of the owner a lock word records (in the pid namespace of
+  // the threads sharing the lock); nullopt, with a note on `o`, when no
+  // such thread has that id there.
+  std::optional<int> owner_on_host(const ProcessInfo& waiter, const FutexLocation& where, int owner,
+                                   WaitObject& o);
   void release_by_any_thread(WaitObject& o, const FutexLocation& where);
 
   // ---- gil_objects.cpp ---------------------------------------------------------
@@ -73,6 +79,9 @@ class GraphBuilder {
   // released by the processes holding a conflicting lock (/proc/locks, and
   // for OFD locks the fdinfo "lock:" lines of the fds that hold them).
   std::string file_lock_object(const ProcessInfo& p, const ThreadInfo& t);
+  // The lock a polling thread's process may be after on its fd `fd`.
+  std::string polled_lock_object(const ProcessInfo& p, int fd);
+  std::string lock_object_for(const ProcessInfo& p, const FdEntry& f, const FileLock& wanted, bool queued);
 
   // ---- fd_objects.cpp -----------------------------------------------------------
   // `nesting`: how many epolls deep this fd was reached (0: the wait's own

@@ -75,6 +75,38 @@ std::string GraphBuilder::file_lock_object(const ProcessInfo& p, const ThreadInf
     wanted.dev_major = f->dev_major;
     wanted.dev_minor = f->dev_minor;
   }
+  return lock_object_for(p, *f, wanted, queued);
+}
+
+// A poll for a lock (LOCK_NB or F_SETLK, retried after a sleep) wants what
+// the lock held on the file stands for: the same kind, exclusive.
+std::string GraphBuilder::polled_lock_object(const ProcessInfo& p, int fd) {
+  const FdEntry* f = find_fd(p, fd);
+  FileLock wanted;
+  if (f) {
+    wanted.inode = f->inode;
+    wanted.dev_major = f->dev_major;
+    wanted.dev_minor = f->dev_minor;
+    for (const auto& l : snap_.file_locks)
+      if (!l.waiting && same_file(l, *f) && l.pid != p.pid) {
+        wanted.type = l.type;
+        break;
+      }
+  }
+  if (!f || f->inode == 0 || wanted.type.empty()) {
+    WaitObject& o = object(fmt::format("file-lock:fd:{}:{}", p.pid, fd), ObjectKind::FileLock,
+                           fmt::format("a lock on fd {} of {}", fd, p.pid));
+    o.external = true;
+    o.notes.push_back("the lock on the file is no longer in /proc/locks: who holds it is unknown");
+    return o.id;
+  }
+  wanted.mode = "WRITE";
+  return lock_object_for(p, *f, wanted, false);
+}
+
+std::string GraphBuilder::lock_object_for(const ProcessInfo& p, const FdEntry& fd_entry,
+                                          const FileLock& wanted, bool queued) {
+  const FdEntry* f = &fd_entry;
   const std::string path = f->link;
   const std::string id =
       fmt::format("file-lock:{}:{}:{}:{}", wanted.type, wanted.dev_major, wanted.dev_minor, wanted.inode);

@@ -144,6 +144,12 @@ size_t pid_namespace_depth(const ProcFs& proc, int pid) {
 
 }  // namespace
 
+bool is_multiprocessing_exec_child(std::string_view cmdline) {
+  for (std::string_view mark : kMultiprocessingMarks)
+    if (cmdline.find(mark) != std::string_view::npos) return true;
+  return false;
+}
+
 std::string program_of(std::string_view cmdline) {
   std::vector<std::string_view> words;
   for (size_t i = 0; i < cmdline.size() && words.size() < 16;) {
@@ -189,8 +195,7 @@ std::optional<std::string> walk_stops_at(const ProcFs& proc, int child, int pare
   auto child_cmdline = cmdline_of(proc, child, per_read);
   if (!child_cmdline) return std::string("the command line below it could not be read");
   if (*child_cmdline == *parent_cmdline) return std::nullopt;  // forked, not exec'd
-  for (std::string_view mark : kMultiprocessingMarks)
-    if (child_cmdline->find(mark) != std::string::npos) return std::nullopt;
+  if (is_multiprocessing_exec_child(*child_cmdline)) return std::nullopt;
   if (auto child_ranks = ranks_of(proc, child, per_read);
       child_ranks && (child_ranks->rank || child_ranks->local_rank)) {
     auto parent_ranks = ranks_of(proc, parent, per_read);

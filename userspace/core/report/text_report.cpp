@@ -125,9 +125,9 @@ void render_processes_and_threads(const Snapshot& snap, const Diagnosis& d, int 
   for (const auto& f : d.findings) interesting.insert(f.tids.begin(), f.tids.end());
   line("");
   line("PROCESSES AND THREADS");
-  line(fmt::format("  {:<8} {:<10} {:<5} {:>7}  {}", "PID", "ROLE", "STATE", "THREADS", "COMMAND"));
+  line(fmt::format("  {:<8} {:<21} {:<5} {:>7}  {}", "PID", "ROLE", "STATE", "THREADS", "COMMAND"));
   for (const auto& p : snap.processes)
-    line(fmt::format("  {:<8} {:<10} {:<5} {:>7}  {}", p.pid, job_role_label(snap, &p),
+    line(fmt::format("  {:<8} {:<21} {:<5} {:>7}  {}", p.pid, job_role_text(snap, &p),
                      std::string(1, p.state), p.threads.size(),
                      truncate(p.cmdline.empty() ? p.comm : p.cmdline, 70)));
   line("");

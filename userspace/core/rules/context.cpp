@@ -22,6 +22,31 @@ std::string job_role_label(const Snapshot& snapshot, const ProcessInfo* p) {
   return parent && jobs::is_rank_process(snapshot, *parent) ? "worker" : "descendant";
 }
 
+namespace {
+
+// Any thread of `p` has a Python frame in a file ending `file`.
+bool runs_python_file(const ProcessInfo& p, std::string_view file) {
+  for (const auto& t : p.threads)
+    for (const auto& f : t.python_stack)
+      if (f.kind == UserFrame::Kind::Python && std::string_view(f.file).ends_with(file)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string job_role_text(const Snapshot& snapshot, const ProcessInfo* p) {
+  std::string role = job_role_label(snapshot, p);
+  if (!p || (role != "worker" && role != "descendant")) return role;
+  if (runs_python_file(*p, "torch/utils/data/_utils/worker.py")) return "DataLoader worker";
+  if (runs_python_file(*p, "multiprocessing/process.py") || jobs::is_multiprocessing_exec_child(p->cmdline))
+    return "multiprocessing child";
+  const ProcessInfo* parent = snapshot.process(p->ppid);
+  if (parent && !p->cmdline.empty() && !parent->cmdline.empty() &&
+      (p->cmdline != parent->cmdline || p->exe != parent->exe))
+    return "subprocess";
+  return role;
+}
+
 namespace rules {
 
 void add_unique(std::vector<int>& v, int x) {
@@ -54,7 +79,7 @@ Confidence RuleContext::confidence_for(const std::vector<int>& tids) const {
 std::string RuleContext::thread_label(int tid) const {
   int pid = pid_of(tid);
   const ProcessInfo* p = snap.process(pid);
-  const std::string role = job_role_label(snap, p);
+  const std::string role = job_role_text(snap, p);
   std::string comm = p ? p->comm : "?";
   if (tid == pid) return fmt::format("{} {} ({})", role, pid, comm);
   std::string tcomm;
@@ -126,6 +151,19 @@ std::vector<ChainStep> RuleContext::chain_steps(int from, const WaitPath& path) 
 
 bool RuleContext::reachable_from_main(int tid) const {
   return tid == snap.target_pid || !wait_path(snap.target_pid, tid).empty();
+}
+
+bool RuleContext::runs_python(int tid, std::string_view file, std::string_view function) const {
+  const ProcessInfo* p = snap.process(pid_of(tid));
+  const ThreadInfo* t = p ? p->thread(tid) : nullptr;
+  if (!t) return false;
+  for (const auto& f : t->python_stack) {
+    if (f.kind != UserFrame::Kind::Python || !std::string_view(f.file).ends_with(file)) continue;
+    if (function.empty()) return true;
+    const std::string_view fn(f.function);  // "Popen.wait" (3.11+) and "wait" alike
+    if (fn == function || (fn.ends_with(function) && fn[fn.size() - function.size() - 1] == '.')) return true;
+  }
+  return false;
 }
 
 bool RuleContext::is_fork_child(int pid) const {

@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,10 @@ struct RuleContext {
   // `pid` is a fork()ed copy of its parent (same executable and command line,
   // as DataLoader workers are), not a process that exec'd or spawned.
   bool is_fork_child(int pid) const;
+  // `tid`'s Python stack has a frame in a file ending `file`
+  // ("subprocess.py"), of `function` when given ("wait" matches 3.11's
+  // qualified "Popen.wait" too): which library call a wait is inside.
+  bool runs_python(int tid, std::string_view file, std::string_view function = {}) const;
   // The chain from the target's main thread to `cause_tid` (when it waits on
   // it), then `cause_tid`'s wait on `cause_object` (when given).
   void add_main_chain(Finding& f, int cause_tid, const std::string& cause_object) const;

@@ -365,6 +365,54 @@ bool is_deadlock_cycle(const RuleContext& ctx, const std::vector<int>& comp) {
   return pids.size() >= 2 || owner_edges_only || self_loop;
 }
 
+// The fix from the cycle's edges: a wait for a child to exit is broken by
+// reading what the child writes (subprocess: communicate(); multiprocessing:
+// get() before join()); a lock in the cycle by not holding it across the
+// wait.
+std::vector<std::string> cycle_advice(const RuleContext& ctx, const WaitPath& cycle, int start) {
+  std::vector<std::string> out;
+  bool has_lock = false;
+  int waiter = start;
+  for (const auto& [t, via] : cycle) {
+    const WaitObject& o = ctx.object(via);
+    if (o.kind == ObjectKind::Futex || o.kind == ObjectKind::FileLock) has_lock = true;
+    if (o.kind == ObjectKind::Child) {
+      const int child_pid = ctx.pid_of(t);
+      const std::string role = job_role_text(ctx.snap, ctx.snap.process(child_pid));
+      const std::string parent = ctx.thread_label(waiter), child = ctx.thread_label(child_pid);
+      if (ctx.runs_python(waiter, "subprocess.py") || role == "subprocess") {
+        out.push_back(fmt::format(
+            "{} waits for {} to exit (Popen.wait()) while the child blocks writing to a pipe only the "
+            "parent reads: use communicate() (it reads stdout/stderr while it waits), or send the "
+            "child's output to a file or subprocess.DEVNULL instead of PIPE.",
+            parent, child));
+      } else if (ctx.runs_python(waiter, "multiprocessing/process.py", "join") ||
+                 role == "multiprocessing child" || role == "DataLoader worker") {
+        out.push_back(fmt::format(
+            "{} joins {} (Process.join()) before reading what the child put on a multiprocessing Queue: "
+            "a process that put items on a queue does not exit until its feeder thread has written them "
+            "to the queue's pipe, and that pipe is full. get() every item before join() (\"joining "
+            "processes that use queues\" in the multiprocessing docs), or join with a timeout.",
+            parent, child));
+      } else {
+        out.push_back(
+            fmt::format("{} waits for {} to exit while the child waits for it: read what the "
+                        "child writes (or answer it) while waiting, and wait for its exit last.",
+                        parent, child));
+      }
+    }
+    waiter = t;
+  }
+  if (has_lock || out.empty())
+    out.push_back(
+        "Break the cycle: never hold a lock (multiprocessing.Lock, threading.Lock) while waiting for "
+        "another process or thread that may need the same lock; release it before q.get()/next(loader).");
+  out.push_back(
+      "Give the waits a timeout so the job fails loudly instead of hanging (DataLoader(timeout=...), "
+      "Queue.get(timeout=...), Popen.wait(timeout=...)).");
+  return out;
+}
+
 }  // namespace
 
 Knot find_knot(const WaitGraph& graph) {
@@ -420,12 +468,7 @@ std::vector<Finding> deadlock_cycle_findings(const RuleContext& ctx) {
           "some waits have timeouts, but no thread in the cycle used CPU or did I/O in {:.2f} s: a "
           "retry loop that goes back to the same wait",
           ctx.snap.sample_window_s));
-    f.advice = {
-        "Break the cycle: never hold a lock (multiprocessing.Lock, threading.Lock) while waiting for "
-        "another process or thread that may need the same lock; release it before q.get()/next(loader).",
-        "Give the waits a timeout so the job fails loudly instead of hanging (DataLoader(timeout=...), "
-        "Queue.get(timeout=...)).",
-    };
+    f.advice = cycle_advice(ctx, cycle, start);
     out.push_back(std::move(f));
   }
   return out;

@@ -108,6 +108,21 @@ std::vector<Hop> reached_from(const RuleContext& ctx, int from) {
   return out;
 }
 
+bool held_by_one_that_ran_recently(const RuleContext& ctx, const std::vector<Hop>& reached) {
+  for (const auto& hop : reached) {
+    const ThreadWait* w = ctx.wait_of(hop.tid);
+    if (w && w->activity != Activity::Stopped && w->blocked_s && *w->blocked_s < ctx.opt.stall_after_s)
+      return true;
+  }
+  return false;
+}
+
+bool job_is_working(const RuleContext& ctx, int except_tid) {
+  for (const auto& [tid, w] : ctx.graph.threads)
+    if (tid != except_tid && ctx.in_tree(tid) && moving(w)) return true;
+  return false;
+}
+
 struct Judgement {
   bool progress = false;  // something the main thread waits on is moving
   bool may_end = false;   // the main thread only sleeps: it wakes by itself
@@ -187,11 +202,27 @@ std::vector<Finding> no_progress_findings(const RuleContext& ctx) {
   std::vector<Finding> out;
   for (int main_tid : main_threads(ctx)) {
     const ThreadWait* w = ctx.wait_of(main_tid);
-    if (!w || moving(*w) || !w->blocked_s || *w->blocked_s < ctx.opt.stall_after_s) continue;
+    if (!w) continue;
+    // A poll moves a little all the time: judged by what it polls for, not
+    // by how long its current sleep has lasted.
+    const bool polls = w->poll_period_s.has_value();
+    if (!polls && (moving(*w) || !w->blocked_s || *w->blocked_s < ctx.opt.stall_after_s)) continue;
     if (w->activity == Activity::Dead || covered(ctx, main_tid)) continue;
     const std::vector<Hop> reached = reached_from(ctx, main_tid);
-    const Judgement j = judge(ctx, *w, reached);
+    Judgement j = judge(ctx, *w, reached);
     if (j.progress) continue;
+    // A poll's own sleeps say nothing of how long it has waited: what it
+    // polls for must have stood still for --stall-after -- every holder off
+    // CPU that long (a holder that ran since may have let go).
+    if (polls && held_by_one_that_ran_recently(ctx, reached)) continue;
+    // A poll for what the kernel does not show (a child's exit code, a file)
+    // while the rest of the job works is most likely waiting on that work.
+    if (polls && w->objects.empty() && job_is_working(ctx, main_tid)) continue;
+    // Polling for a lock whose holders do not move: it will not get it.
+    if (polls && !w->objects.empty()) j.may_end = false;
+    if (polls && w->objects.empty())
+      j.unknown.push_back(
+          "what it polls for is nothing the kernel shows (a file to appear, a flag, a port): read the loop");
 
     Finding f(FindingKind::NoProgress);
     f.pids = {ctx.pid_of(main_tid)};
@@ -253,16 +284,29 @@ std::vector<Finding> no_progress_findings(const RuleContext& ctx) {
       because = fmt::format("who can end it is unknown ({})", fmt::join(j.unknown, "; "));
     else
       because = "nothing hangtrace can see can end it";
-    f.summary = fmt::format("{} has not moved for {}: {}; {}", main_label,
-                            format_short_duration(*w->blocked_s), w->summary, because);
+    const ProcessInfo* main_process = ctx.snap.process(ctx.pid_of(main_tid));
+    const ThreadInfo* main_thread = main_process ? main_process->thread(main_tid) : nullptr;
+    std::string where;  // the innermost Python frame: where it waits
+    if (main_thread)
+      for (const auto& fr : main_thread->python_stack)
+        if (fr.kind == UserFrame::Kind::Python) {
+          where = fmt::format("{}:{} ({})", fr.file, fr.line, fr.function);
+          break;
+        }
+    if (polls)
+      f.summary = fmt::format("{} polls{}: {}; {}", main_label, where.empty() ? "" : " in " + where,
+                              w->summary, because);
+    else
+      f.summary = fmt::format("{} has not moved for {}: {}; {}", main_label,
+                              format_short_duration(*w->blocked_s), w->summary, because);
     ctx.add_thread_evidence(f, main_tid);
-    const ProcessInfo* p = ctx.snap.process(ctx.pid_of(main_tid));
-    if (const ThreadInfo* t = p ? p->thread(main_tid) : nullptr) {
-      for (const auto& fr : t->python_stack) {
-        f.evidence.push_back(fmt::format("Python: {} ({}:{})", fr.function, fr.file, fr.line));
-        break;
-      }
-    }
+    if (!where.empty()) f.evidence.push_back("Python: " + where);
+    if (polls && main_thread && main_thread->poll)
+      f.evidence.push_back(
+          fmt::format("watched {}: woke {} times, found asleep in {} of {} samples, {:.1f} ms of CPU",
+                      format_short_duration(main_thread->poll->watched_s), main_thread->poll->sleeps,
+                      main_thread->poll->asleep, main_thread->poll->samples,
+                      static_cast<double>(main_thread->poll->cpu_ns) / 1e6));
     for (const auto& u : j.unknown) f.evidence.push_back("unknown: " + u);
 
     if (j.terminal_input)
@@ -270,6 +314,14 @@ std::vector<Finding> no_progress_findings(const RuleContext& ctx) {
           "Give the job no terminal to read (stdin from /dev/null, or answer the prompt in its "
           "configuration: "
           "e.g. trust_remote_code, --yes), or type the answer in its terminal.");
+    else if (polls && timed_out_only)
+      f.advice.push_back(
+          fmt::format("The loop{} re-checks something every ~{} and has not got it: find what it waits for "
+                      "(a file, a lock "
+                      "taken with LOCK_NB, a port, a flag another process sets) and why that does not come; "
+                      "give the loop a "
+                      "deadline so the job fails loudly.",
+                      where.empty() ? "" : " at " + where, format_short_duration(*w->poll_period_s)));
     else if (timed_out_only)
       f.advice.push_back(
           "The wait may end by its own timeout; if the job keeps coming back to it, find what it waits for "
@@ -279,7 +331,9 @@ std::vector<Finding> no_progress_findings(const RuleContext& ctx) {
       f.advice.push_back(
           "Nothing on the chain above is moving: make the process at its end do its part (continue, read, "
           "release), or end it; hangtrace --duration 10 shows who wakes whom while it stays stuck.");
-    f.details = {{"stalled_s", *w->blocked_s},
+    f.details = {{"stalled_s", w->blocked_s ? nlohmann::json(*w->blocked_s) : nlohmann::json()},
+                 {"polls", polls},
+                 {"poll_period_s", polls ? nlohmann::json(*w->poll_period_s) : nlohmann::json()},
                  {"stall_after_s", ctx.opt.stall_after_s},
                  {"main_tid", main_tid},
                  {"activity", activity_name(w->activity)},

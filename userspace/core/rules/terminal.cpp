@@ -134,7 +134,7 @@ void add_locks_of_closed_processes(const RuleContext& ctx, Groups& groups) {
 // (idle helpers parked on their own events) does not make it an in-process
 // deadlock; a pool waiting on itself is pool.cpp's, before this rule.
 bool lock_came_across_fork(const RuleContext& ctx, const WaitObject& lock, int waiter_pid) {
-  if (lock.owner_tid) {
+  if (lock.owner_tid && !lock.owner_unresolved) {
     auto it = ctx.graph.tid_to_pid.find(*lock.owner_tid);
     if (it != ctx.graph.tid_to_pid.end()) return it->second != waiter_pid;
   }
@@ -170,7 +170,7 @@ void describe_orphaned_lock(const RuleContext& ctx, Finding& f, const WaitObject
                             const std::vector<int>& waiters, const std::string& who, bool in_process_knot) {
   std::string reason;
   if (lock.owner_tid) {
-    auto it = ctx.graph.tid_to_pid.find(*lock.owner_tid);
+    auto it = lock.owner_unresolved ? ctx.graph.tid_to_pid.end() : ctx.graph.tid_to_pid.find(*lock.owner_tid);
     bool foreign_owner = it != ctx.graph.tid_to_pid.end() && it->second != ctx.pid_of(waiters[0]);
     reason = foreign_owner ? fmt::format(
                                  "the lock's owner TID {} is a thread of process {}, not of the waiter: "
@@ -253,6 +253,28 @@ void describe_dead_peer(const RuleContext& ctx, Finding& f, const WaitObject& ob
             fmt::format("child {} ({}) has exited and was not reaped (zombie){}", c, cp->comm,
                         cp->exit_signal ? fmt::format(", exit code {}", *cp->exit_signal) : ""));
     }
+  }
+  // A multiprocessing Queue or Pipe: the user never sees its file
+  // descriptors, and the queue keeps its own copy of the write end.
+  bool in_multiprocessing_get = false;
+  for (int t : f.tids)
+    if (ctx.runs_python(t, "multiprocessing/queues.py") ||
+        ctx.runs_python(t, "multiprocessing/connection.py"))
+      in_multiprocessing_get = true;
+  f.details["multiprocessing"] = in_multiprocessing_get;
+  if (in_multiprocessing_get) {
+    f.advice = {
+        fmt::format(
+            "{} waits in a multiprocessing Queue.get()/Connection.recv() that no live process will "
+            "put to: its producer exited or was killed, and the queue's pipe never reports EOF (the "
+            "consumer's process holds a copy of the write end itself). Call get(timeout=...) and, when "
+            "it times out, check the producer's is_alive()/exitcode (or have every producer put a "
+            "sentinel before it exits, also from a finally).",
+            who),
+        "Then find out why the producer died: its exit code above, an OOM kill in the kernel log "
+        "(dmesg / journalctl -k), an exception on its stderr.",
+    };
+    return;
   }
   f.advice = {
       "Close the unused end of every pipe/socketpair right after fork (the reader never sees EOF "
