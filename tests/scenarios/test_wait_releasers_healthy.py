@@ -38,30 +38,21 @@ class WaitReleasersHealthy(ScenarioTestCase):
         self.assertNoCritical(report)
 
     def test_a_lock_released_every_second(self):
-        d = tempfile.mkdtemp(prefix="hangtrace-releasers-")
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "cache.lock")
-        holder = self.start("releasers.py", "lock-hold", "flock", path, "cycle")
-        holder.wait_for_line("READY")
-        job = self.start("releasers.py", "lock-take", "flock", path, "loop")
-        main = parse_marker(job.wait_for_line("READY"))["main"][0]
-        job.wait_for_line("TOOK 2")
-        report = self.hangtrace(main, "--stall-after", "2")
-        self.assertNoCritical(report)
-
-    def test_a_lock_polled_for_that_is_released_every_second(self):
-        d = tempfile.mkdtemp(prefix="hangtrace-releasers-")
-        self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "cache.lock")
-        holder = self.start("releasers.py", "lock-hold", "flock", path, "cycle")
-        holder.wait_for_line("READY")
-        job = self.start("releasers.py", "lock-poll", "flock", path)
-        main = parse_marker(job.wait_for_line("READY"))["main"][0]
-        job.wait_for_line("LOCKED")
-        job.wait_for_line("LOCKED")
-        report = self.hangtrace(main, "--stall-after", "2")
-        self.assertNoCritical(report)
-
+        # Waited for (flock that blocks) and polled for (LOCK_NB, sleep, retry).
+        for how, extra in (("lock-take", ["loop"]), ("lock-poll", [])):
+            with self.subTest(how=how):
+                d = tempfile.mkdtemp(prefix="hangtrace-releasers-")
+                self.addCleanup(shutil.rmtree, d, True)
+                path = os.path.join(d, "cache.lock")
+                holder = self.start("releasers.py", "lock-hold", "flock", path, "cycle")
+                holder.wait_for_line("READY")
+                job = self.start("releasers.py", how, "flock", path, *extra)
+                main = parse_marker(job.wait_for_line("READY"))["main"][0]
+                job.wait_for_line("TOOK 2")
+                report = self.hangtrace(main, "--stall-after", "2")
+                self.assertNoCritical(report)
+                holder.kill()
+                job.kill()
 
 if __name__ == "__main__":
     unittest.main()

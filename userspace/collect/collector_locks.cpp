@@ -70,27 +70,17 @@ void Collector::add_file_locks(const std::vector<FileLock>& locks, const std::se
     }
   }
   if (want_fd_scan) {
-    const int self = getpid();
-    for (int pid : all_pids_) {
-      if (in_snapshot.count(pid) || pid == self) continue;
-      if (std::find(holders.begin(), holders.end(), pid) != holders.end()) continue;
-      auto st = stats_.find(pid);
-      if (st == stats_.end() || st->second.is_kernel_thread()) continue;
-      auto fds = proc_.fds(pid);
-      if (!fds) continue;
-      bool holds = false;
-      for (size_t i = 0; i < fds->size() && i < kMaxFdsPerProcess && !holds; ++i) {
-        auto link = proc_.fd_link(pid, (*fds)[i]);
-        if (!link || !paths.count(*link)) continue;
-        auto id = proc_.fd_file(pid, (*fds)[i]);
-        if (!id || !files.count(*id)) continue;
-        auto info = proc_.fdinfo(pid, (*fds)[i]);
-        holds = info && std::any_of(info->locks.begin(), info->locks.end(),
-                                    [](const FileLock& h) { return !h.waiting; });
-      }
-      if (holds) holders.push_back(pid);
-      if (holders.size() >= kMaxPeers) break;
-    }
+    std::unordered_set<int> skip = in_snapshot;
+    skip.insert(holders.begin(), holders.end());
+    for (int pid : host_processes_holding(skip, kMaxPeers, [&](int pid, int fd, const std::string&link) {
+           if (!paths.count(link)) return false;
+           auto id = proc_.fd_file(pid, fd);
+           if (!id || !files.count(*id)) return false;
+           auto info = proc_.fdinfo(pid, fd);
+           return info && std::any_of(info->locks.begin(), info->locks.end(),
+                                      [](const FileLock& h) { return !h.waiting; });
+         }))
+      holders.push_back(pid);
   }
   if (!options_.include_peers) return;
   if (holders.size() > kMaxPeers) {

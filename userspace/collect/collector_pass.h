@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fmt/format.h>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -98,6 +99,12 @@ class Collector {
   void find_peers();
   // /proc/locks on the files the job waits to lock, and the processes
   // holding those locks (peers when outside the job): collector_locks.cpp.
+  // The processes on the host outside `skip` (never hangtrace, no kernel
+  // thread) holding an fd that `wanted` (pid, fd, its link) picks, in /proc
+  // order, at most `at_most`: one pass over every fd on the host.
+  std::vector<int> host_processes_holding(
+      const std::unordered_set<int>& skip, size_t at_most,
+      const std::function<bool(int pid, int fd, const std::string& link)>& wanted) const;
   void collect_file_locks();
   // Keeps the lines of `locks` on `files` and pulls their holders outside the
   // job in as peers (collector_locks.cpp).

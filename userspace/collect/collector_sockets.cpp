@@ -203,38 +203,23 @@ void Collector::find_peers() {
   if (pipe_inodes.empty() && socket_inodes.empty() && eventfd_ids.empty() && !want_fuse_daemon) return;
 
   // One pass over every fd on the host, matching only those inodes.
-  const int self = getpid();
-  std::vector<int> peers;
-  for (int pid : all_pids_) {
-    if (in_snapshot.count(pid) || pid == self) continue;
-    auto st = stats_.find(pid);
-    if (st == stats_.end() || st->second.is_kernel_thread()) continue;
-    auto fds = proc_.fds(pid);
-    if (!fds) continue;
-    bool holds = false;
-    for (size_t i = 0; i < fds->size() && i < kMaxFdsPerProcess && !holds; ++i) {
-      auto link = proc_.fd_link(pid, (*fds)[i]);
-      if (!link) continue;
-      auto c = procfs::classify_fd_link(*link);
-      if (c.kind == FdKind::Pipe)
-        holds = pipe_inodes.count(c.inode) > 0;
-      else if (c.kind == FdKind::Socket)
-        holds = socket_inodes.count(c.inode) > 0;
-      else if (c.kind == FdKind::Device)
-        holds = want_fuse_daemon && c.path == "/dev/fuse";
-      else if (c.kind == FdKind::EventFd && !eventfd_ids.empty()) {
-        auto info = proc_.fdinfo(pid, (*fds)[i]);
-        holds = info && info->eventfd_id && eventfd_ids.count(*info->eventfd_id);
-      }
-    }
-    if (!holds) continue;
-    if (peers.size() >= kMaxPeers) {
-      limitation(
-          fmt::format("more than {} peer processes hold the job's pipes and sockets; only the first {} kept",
-                      kMaxPeers, kMaxPeers));
-      break;
-    }
-    peers.push_back(pid);
+  std::vector<int> peers =
+      host_processes_holding(in_snapshot, kMaxPeers + 1, [&](int pid, int fd, const std::string& link) {
+        auto c = procfs::classify_fd_link(link);
+        if (c.kind == FdKind::Pipe) return pipe_inodes.count(c.inode) > 0;
+        if (c.kind == FdKind::Socket) return socket_inodes.count(c.inode) > 0;
+        if (c.kind == FdKind::Device) return want_fuse_daemon && c.path == "/dev/fuse";
+        if (c.kind == FdKind::EventFd && !eventfd_ids.empty()) {
+          auto info = proc_.fdinfo(pid, fd);
+          return info && info->eventfd_id && eventfd_ids.count(*info->eventfd_id) > 0;
+        }
+        return false;
+      });
+  if (peers.size() > kMaxPeers) {
+    limitation(
+        fmt::format("more than {} peer processes hold the job's pipes and sockets; only the first {} kept",
+                    kMaxPeers, kMaxPeers));
+    peers.resize(kMaxPeers);
   }
   // Peers are one level deep: their own waits do not pull in more processes.
   for (int pid : peers) {
@@ -244,6 +229,28 @@ void Collector::find_peers() {
     snap_.processes.push_back(std::move(*p));
   }
   debug(fmt::format("{} peer process(es)", peers.size()));
+}
+
+std::vector<int> Collector::host_processes_holding(
+    const std::unordered_set<int>& skip, size_t at_most,
+    const std::function<bool(int pid, int fd, const std::string& link)>& wanted) const {
+  const int self = getpid();
+  std::vector<int> out;
+  for (int pid : all_pids_) {
+    if (out.size() >= at_most) break;
+    if (skip.count(pid) || pid == self) continue;
+    auto st = stats_.find(pid);
+    if (st == stats_.end() || st->second.is_kernel_thread()) continue;
+    auto fds = proc_.fds(pid);
+    if (!fds) continue;
+    bool holds = false;
+    for (size_t i = 0; i < fds->size() && i < kMaxFdsPerProcess && !holds; ++i) {
+      auto link = proc_.fd_link(pid, (*fds)[i]);
+      holds = link && wanted(pid, (*fds)[i], *link);
+    }
+    if (holds) out.push_back(pid);
+  }
+  return out;
 }
 
 void Collector::assemble_sockets() {

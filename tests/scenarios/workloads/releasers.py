@@ -10,7 +10,7 @@
   releasers.py lock-poll KIND PATH
       prints "READY main=PID", then tries the lock without blocking every
       50 ms until it gets it (LOCK_NB / F_SETLK, as lock-file libraries do),
-      then prints "LOCKED" and holds it 0.2 s, lets it go and starts over
+      then prints "TOOK N" and holds it 0.2 s, lets it go and starts over
   releasers.py wait-file PATH
       prints "READY main=PID", then checks every 50 ms for PATH to appear
   releasers.py write-stdout
@@ -111,13 +111,15 @@ def main():
         kind, path = sys.argv[2], sys.argv[3]
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         say("READY main=%d" % os.getpid())
+        n = 0
         while True:
             try:
                 lock(kind, fd, blocking=False)
             except OSError:
                 time.sleep(0.05)
                 continue
-            say("LOCKED")
+            n += 1
+            say("TOOK %d" % n)
             time.sleep(0.2)
             unlock(kind, fd)
     elif what == "wait-file":
