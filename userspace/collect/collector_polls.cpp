@@ -173,7 +173,8 @@ void Collector::watch_pollers() {
         fmt::format("whether the polling thread(s) wait for a file lock is unknown: {}", locks.error()));
     return;
   }
-  for (auto& [pid, fds] : candidates) {
+  for (auto& [poller_pid, fds] : candidates) {
+    const int pid = poller_pid;  // a copy: clang 14 does not capture structured bindings
     ProcessInfo* p = nullptr;
     for (auto& q : snap_.processes)
       if (q.pid == pid) p = &q;
@@ -182,7 +183,8 @@ void Collector::watch_pollers() {
     for (auto& t : p->threads)
       if (t.tid == pid) main = &t;
     if (!main || !main->poll) continue;
-    for (const auto& [fd, id] : fds) {
+    for (const auto& [fd, file] : fds) {
+      const procfs::FileId id = file;
       // Locked by another process (a pid that is not this one, or an OFD
       // lock this process does not hold: its own fds hold none here).
       const bool locked_by_other = std::any_of(locks->begin(), locks->end(), [&](const FileLock& l) {
