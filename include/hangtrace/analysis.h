@@ -40,6 +40,7 @@ enum class ObjectKind {
   Child,
   Gil,       // the GIL of one Python process (its interpreter), released by its holder
   FileLock,  // a flock/POSIX/OFD lock on a file (/proc/locks), released by the processes holding it
+  Signal,    // a signal (pause, sigwait, a signalfd): its sender is not known until it is sent
   Unknown
 };
 const char* object_kind_name(ObjectKind k);

@@ -59,7 +59,10 @@ struct FdEntry {
   uint32_t flags = 0;  // "flags:" from fdinfo (octal there), O_ACCMODE etc.
   uint64_t pos = 0;
   std::optional<uint64_t> eventfd_id;  // "eventfd-id:" (6.x kernels)
-  std::vector<EpollWatch> epoll;       // for FdKind::Epoll
+  // A pidfd's process (fdinfo "Pid:", host pid namespace; -1 once it exited).
+  std::optional<int> pidfd_pid;
+  std::optional<uint64_t> signal_mask;  // a signalfd's signals (fdinfo "sigmask:"), bit N-1 for signal N
+  std::vector<EpollWatch> epoll;        // for FdKind::Epoll
   // Readiness probed on a duplicate of the fd (pidfd_getfd + poll(0)):
   // POLLIN/POLLOUT/POLLHUP bits, or -1 when not probed.
   int32_t ready_events = -1;

@@ -100,9 +100,11 @@ struct FdInfo {
   std::optional<uint64_t> inode;       // "ino:"
   std::optional<uint64_t> eventfd_id;  // "eventfd-id:"
   std::optional<uint64_t> eventfd_count;
-  std::vector<FileLock> locks;        // "lock:" lines, at most kMaxFdLocks
-  std::vector<EpollWatch> epoll;      // "tfd:" lines of an epoll fd, at most kMaxEpollWatches
-  size_t epoll_watches_left_out = 0;  // past kMaxEpollWatches, or past kMaxFdinfoBytes (then at least 1)
+  std::optional<int> pidfd_pid;           // "Pid:" of a pidfd (in our pid namespace); -1 once it exited
+  std::optional<uint64_t> signalfd_mask;  // "sigmask:" of a signalfd: bit N-1 for signal N
+  std::vector<FileLock> locks;            // "lock:" lines, at most kMaxFdLocks
+  std::vector<EpollWatch> epoll;          // "tfd:" lines of an epoll fd, at most kMaxEpollWatches
+  size_t epoll_watches_left_out = 0;      // past kMaxEpollWatches, or past kMaxFdinfoBytes (then at least 1)
 };
 // An epoll fd's watch list is as long as its owner makes it (up to
 // RLIMIT_NOFILE registrations, ~100 bytes of fdinfo each): the first ones
@@ -294,6 +296,7 @@ Result<FileId> stat_file(const std::string& path, int* errno_out = nullptr);
 struct FileStat {
   FileId id;
   uint64_t size_bytes = 0;
+  bool fifo = false;  // a named pipe (S_ISFIFO)
 };
 Result<FileStat> examine_file(const std::string& path, int* errno_out = nullptr);
 

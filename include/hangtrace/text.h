@@ -81,6 +81,8 @@ std::string demangle(std::string_view symbol, size_t max_chars = 0);
 std::string errno_text(int err);
 // "SIGBUS" for the signals a training job dies of; nullptr for the rest.
 const char* signal_name(int sig);
+// A kernel signal set (bit N-1 for signal N): "SIGUSR1, SIGTERM".
+std::string signal_set_text(uint64_t mask);
 
 // ---- enum names -----------------------------------------------------------------------
 // "target", "descendant", "peer" (the snapshot's and the report's word).

@@ -48,9 +48,24 @@ class TorchrunJob(ScenarioTestCase):
             # in Thread.join (futex): parked, each for over a second.
             wait_until_blocked([cls.rank0, cls.rank1], main_syscalls=[SYS_FUTEX], all_threads=False,
                                settle=1.5)
-        except BaseException:
+        except BaseException as e:
+            why = cls.why_not_started()
             cls.tearDownClass()
-            raise
+            raise AssertionError("%s\n%s" % (e, why)) from e
+
+    @classmethod
+    def why_not_started(cls):
+        """What the job was doing when it did not reach its markers: the
+        ranks' logs and hangtrace's own report on it (text)."""
+        out = []
+        for root, _, files in os.walk(cls.log_dir):
+            for name in files:
+                with open(os.path.join(root, name), errors="replace") as f:
+                    out.append("--- %s ---\n%s" % (name, f.read()[-4000:]))
+        report = run_hangtrace_args(["--pid", cls.job.pid, "--stall-after", "1"], timeout=120)
+        out.append("--- hangtrace on the job (exit %d) ---\n%s%s" % (
+            report.returncode, report.stdout[-12000:], report.stderr[-2000:]))
+        return "\n".join(out)
 
     @classmethod
     def tearDownClass(cls):

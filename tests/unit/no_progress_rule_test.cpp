@@ -164,5 +164,33 @@ TEST(NoProgress, UnderALauncherEachRanksMainThreadIsJudged) {
   EXPECT_EQ(found.front()->tids, (std::vector<int>{102}));
 }
 
+// main 100 waits on a POSIX semaphore in /dev/shm that peer 300 -- outside
+// the job, asleep -- also maps. The word records no owner: 300 is who could
+// post it, and which process holds it is said to be unknown.
+TEST(NoProgress, ASemaphoreSharedWithAProcessOutsideTheJobMayBeHeldThere) {
+  SnapshotBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  b.futex_wait(100, 100, 0x7f0000001000, /*shared=*/true, testing::sem_bytes(1, 0));
+  b.shared_map(100, 0x7f0000001000, 4242, "/dev/shm/sem.cache");
+  b.proc(300, 1, ProcessRole::Peer, "prep-daemon");
+  ThreadInfo& h = b.thread(300, 300, 'S', 120.0);
+  testing::in_syscall(h, HT_NR_clock_nanosleep, {1, 0, 0x7000, 0});
+  h.memory.timeout_s = 3600;
+  b.shared_map(300, 0x7f5500000000, 4242, "/dev/shm/sem.cache");
+  Diagnosis d = diagnose(b.s);
+  EXPECT_TRUE(of_kind(d, FindingKind::OrphanedLock).empty()) << d.verdict.summary;
+  auto found = of_kind(d, FindingKind::NoProgress);
+  ASSERT_EQ(found.size(), 1u) << d.verdict.summary;
+  const Finding& f = *found.front();
+  EXPECT_EQ(f.severity, Severity::Critical);
+  EXPECT_NE(f.summary.find("peer 300 (prep-daemon)"), std::string::npos) << f.summary;
+  EXPECT_NE(f.summary.find("records no owner"), std::string::npos) << f.summary;
+  bool kill_advice = false;
+  for (const auto& a : f.advice)
+    kill_advice |=
+        a.find("may be the one holding it") != std::string::npos && a.find("kill 300") != std::string::npos;
+  EXPECT_TRUE(kill_advice);
+}
+
 }  // namespace
 }  // namespace hangtrace

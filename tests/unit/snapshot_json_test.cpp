@@ -39,6 +39,16 @@ Snapshot sample() {
   f.epoll = {{4, 1, 99}};
   f.eventfd_id = 5;
   p.fds.push_back(f);
+  FdEntry pidfd;  // a pidfd and a signalfd: what they refer to survives the round trip
+  pidfd.fd = 6;
+  pidfd.kind = FdKind::PidFd;
+  pidfd.pidfd_pid = 4242;
+  p.fds.push_back(pidfd);
+  FdEntry sigfd;
+  sigfd.fd = 7;
+  sigfd.kind = FdKind::SignalFd;
+  sigfd.signal_mask = 0x200;
+  p.fds.push_back(sigfd);
   p.maps.push_back({0x1000, 0x2000, 0, "rw-s", 0, 26, 55, "/dev/shm/x (deleted)"});
   s.processes.push_back(p);
   s.sockets.push_back({88, 1, "tcp", "ESTABLISHED", "127.0.0.1:1", "127.0.0.1:2", 0, 0, 89, true});
@@ -55,6 +65,8 @@ TEST(SnapshotJson, RoundTrips) {
   EXPECT_EQ(snapshot_to_json(*back), snapshot_to_json(s));
   EXPECT_EQ(back->processes[0].threads[0].kernel->stack[0].symbol, "futex_wait_queue+0x5f/0x90");
   EXPECT_EQ(back->processes[0].exit_signal, 9);
+  EXPECT_EQ(back->processes[0].fds[1].pidfd_pid, 4242);
+  EXPECT_EQ(back->processes[0].fds[2].signal_mask, 0x200u);
 }
 
 TEST(SnapshotJson, CorruptInputIsAnErrorNotACrash) {

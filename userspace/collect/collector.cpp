@@ -291,8 +291,12 @@ Result<Snapshot> Collector::run() {
         snap_.local_addresses.end())
       snap_.local_addresses.push_back(loopback);
   }
+  resolve_fifos();
   collect_file_locks();
-  if (options_.include_peers) find_peers();
+  if (options_.include_peers) {
+    find_peers();
+    find_lock_sharers();
+  }
   if (options_.watch_polls) watch_pollers();
 
   take_progress_samples(/*start=*/true);

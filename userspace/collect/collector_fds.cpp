@@ -35,6 +35,8 @@ void Collector::collect_fds(ProcessInfo& p) {
       e.flags = info->flags;
       e.pos = info->pos;
       e.eventfd_id = info->eventfd_id;
+      e.pidfd_pid = info->pidfd_pid;
+      e.signal_mask = info->signalfd_mask;
       e.epoll = std::move(info->epoll);
       e.locks = std::move(info->locks);
       if (info->epoll_watches_left_out)
@@ -45,6 +47,42 @@ void Collector::collect_fds(ProcessInfo& p) {
       if (info->mnt_id) e.mnt_id = *info->mnt_id;
     }
     p.fds.push_back(std::move(e));
+  }
+  if (!fifos_.empty()) mark_fifos(p);
+}
+
+// A FIFO's fd links to its path, as a file's does: only stat tells them
+// apart. Each FIFO a thread of the job waits on becomes a pipe keyed by its
+// device and inode; then every fd on the same path (the job's and, as they
+// are collected, the peers') is checked against it.
+void Collector::resolve_fifos() {
+  for (auto& p : snap_.processes) {
+    if (exited_.count(p.pid)) continue;
+    for (const auto& t : p.threads) {
+      for (int fd : waited_fds(p, t)) {
+        auto f = std::find_if(p.fds.begin(), p.fds.end(), [fd](const FdEntry& e) { return e.fd == fd; });
+        if (f == p.fds.end() || f->kind != FdKind::File || fifos_.size() >= kMaxPeers) continue;
+        auto st = proc_.fd_stat(proc_id(p.pid), fd);
+        if (st && st->fifo) fifos_.emplace(f->link, st->id);
+      }
+    }
+  }
+  if (fifos_.empty()) return;
+  for (auto& p : snap_.processes)
+    if (!exited_.count(p.pid)) mark_fifos(p);
+}
+
+void Collector::mark_fifos(ProcessInfo& p) {
+  for (auto& f : p.fds) {
+    if (f.kind != FdKind::File) continue;
+    auto known = fifos_.find(f.link);
+    if (known == fifos_.end()) continue;
+    auto st = proc_.fd_stat(proc_id(p.pid), f.fd);
+    if (!st || !st->fifo || st->id != known->second) continue;
+    f.kind = FdKind::Pipe;
+    f.inode = st->id.inode;
+    f.dev_major = st->id.dev_major;
+    f.dev_minor = st->id.dev_minor;
   }
 }
 

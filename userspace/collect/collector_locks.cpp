@@ -5,6 +5,12 @@
 // names a flock or POSIX lock's process; an OFD lock has none (pid -1) and
 // a flock lock outlives the process that took it in a forked child, so
 // those are found through the fds holding them (fdinfo "lock:" lines).
+//
+// And the processes outside the job that map a lock in shared memory the job
+// waits on (a POSIX semaphore in /dev/shm, a multiprocessing lock): a lock
+// word without an owner does not say who holds it, so whoever else maps it
+// is in the snapshot, as a peer, to be judged -- not left out unseen.
+#include <linux/futex.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,6 +110,57 @@ void Collector::add_file_locks(const std::vector<FileLock>& locks, const std::se
   }
   debug(fmt::format("{} file lock line(s) on {} file(s) waited for, {} holder(s) outside the job",
                     snap_.file_locks.size(), files.size(), holders.size()));
+}
+
+void Collector::find_lock_sharers() {
+  std::set<procfs::FileId> objects;
+  std::unordered_set<int> in_snapshot;
+  for (const auto& p : snap_.processes) in_snapshot.insert(p.pid);
+  for (const auto& p : snap_.processes) {
+    if (p.role == ProcessRole::Peer || exited_.count(p.pid)) continue;
+    std::vector<uint64_t> shared_waits;
+    for (const auto& t : p.threads)
+      if (t.syscall.mode == SyscallState::Mode::InSyscall && t.syscall.nr == HT_NR_futex &&
+          (t.syscall.args[1] & FUTEX_PRIVATE_FLAG) == 0)
+        shared_waits.push_back(t.syscall.args[0]);
+    if (shared_waits.empty()) continue;
+    auto maps = proc_.maps(proc_id(p.pid));
+    if (!maps) continue;
+    for (const auto& m : *maps)
+      for (uint64_t uaddr : shared_waits)
+        if (m.shared() && m.inode != 0 && uaddr >= m.start && uaddr < m.end)
+          objects.insert(procfs::FileId{m.dev_major, m.dev_minor, m.inode});
+  }
+  if (objects.empty()) return;
+  // A job thread on CPU can still post what the others wait for: the host is
+  // only searched when nothing in the job runs.
+  for (const auto& p : snap_.processes)
+    for (const auto& t : p.threads)
+      if (p.role != ProcessRole::Peer && t.state == 'R') return;
+  const int self = getpid();
+  std::vector<int> sharers;
+  for (int pid : all_pids_) {
+    if (sharers.size() > kMaxPeers) break;
+    if (in_snapshot.count(pid) || pid == self) continue;
+    auto st = stats_.find(pid);
+    if (st == stats_.end() || st->second.is_kernel_thread()) continue;
+    auto maps = proc_.maps(proc_id(pid));
+    if (!maps) continue;
+    if (std::any_of(maps->begin(), maps->end(), [&](const Mapping& m) {
+          return m.shared() && objects.count(procfs::FileId{m.dev_major, m.dev_minor, m.inode});
+        }))
+      sharers.push_back(pid);
+  }
+  if (sharers.size() > kMaxPeers) {
+    limitation(fmt::format(
+        "more than {} processes outside the job map the locks it waits on; only the first {} kept", kMaxPeers,
+        kMaxPeers));
+    sharers.resize(kMaxPeers);
+  }
+  for (int pid : sharers)
+    if (auto p = collect_process(pid, ProcessRole::Peer)) snap_.processes.push_back(std::move(*p));
+  debug(fmt::format("{} process(es) outside the job map the {} shared lock object(s) it waits on",
+                    sharers.size(), objects.size()));
 }
 
 }  // namespace hangtrace::collector_pass

@@ -106,6 +106,9 @@ class Collector {
       const std::unordered_set<int>& skip, size_t at_most,
       const std::function<bool(int pid, int fd, const std::string& link)>& wanted) const;
   void collect_file_locks();
+  void resolve_fifos();
+  void find_lock_sharers();
+  void mark_fifos(ProcessInfo& p);
   // Keeps the lines of `locks` on `files` and pulls their holders outside the
   // job in as peers (collector_locks.cpp).
   void add_file_locks(const std::vector<FileLock>& locks, const std::set<procfs::FileId>& files,
@@ -136,8 +139,9 @@ class Collector {
   std::unordered_map<int, std::vector<int>> children_;
   std::unordered_map<int, std::vector<uint64_t>> futex_addresses_;  // by pid
   std::unordered_set<int> memory_blocked_;                          // pids whose mmap_lock did not come free
-  std::unordered_set<int> exited_;                                  // zombies: no fds, maps or memory left
-  std::unordered_map<int, int> proc_ids_;  // pid -> live tid, where the leader has exited
+  std::map<std::string, procfs::FileId> fifos_;  // FIFOs a thread waits on, by their fd link (the path)
+  std::unordered_set<int> exited_;               // zombies: no fds, maps or memory left
+  std::unordered_map<int, int> proc_ids_;        // pid -> live tid, where the leader has exited
   std::map<uint64_t, NetnsSockets> netns_sockets_;
   std::map<uint64_t, ResolverConfig> resolver_by_mntns_;
   uint64_t own_netns_ = 0;

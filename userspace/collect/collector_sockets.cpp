@@ -152,6 +152,7 @@ const SocketInfo* Collector::find_socket(uint64_t inode) const {
 
 void Collector::find_peers() {
   std::unordered_set<uint64_t> pipe_inodes, socket_inodes, eventfd_ids;
+  std::set<int> awaited_exits;  // processes outside the job a pidfd waits for
   bool want_fuse_daemon = false;
   std::unordered_set<int> in_snapshot;
   for (const auto& p : snap_.processes) in_snapshot.insert(p.pid);
@@ -190,31 +191,46 @@ void Collector::find_peers() {
         if (f == p.fds.end()) continue;
         if (f->kind == FdKind::Socket)
           want_socket(f->inode);
-        else if (f->kind == FdKind::Pipe)
+        else if (f->kind == FdKind::Pipe && !f->dev_major && !f->dev_minor)
           pipe_inodes.insert(f->inode);
         else if (f->kind == FdKind::EventFd && f->eventfd_id)
           eventfd_ids.insert(*f->eventfd_id);
+        else if (f->kind == FdKind::PidFd && f->pidfd_pid && *f->pidfd_pid > 0 &&
+                 !in_snapshot.count(*f->pidfd_pid))
+          awaited_exits.insert(*f->pidfd_pid);
       }
     }
     // A wait on a FUSE mount is answered by the daemon holding /dev/fuse.
     for (const auto& m : p.mounts)
       if (procfs::is_fuse_fstype(m.fstype)) want_fuse_daemon = true;
   }
-  if (pipe_inodes.empty() && socket_inodes.empty() && eventfd_ids.empty() && !want_fuse_daemon) return;
-
+  std::vector<int> peers(awaited_exits.begin(), awaited_exits.end());
+  for (int pid : peers) in_snapshot.insert(pid);
+  const bool fds_wanted = !pipe_inodes.empty() || !socket_inodes.empty() || !eventfd_ids.empty() ||
+                          !fifos_.empty() || want_fuse_daemon;
   // One pass over every fd on the host, matching only those inodes.
-  std::vector<int> peers =
-      host_processes_holding(in_snapshot, kMaxPeers + 1, [&](int pid, int fd, const std::string& link) {
-        auto c = procfs::classify_fd_link(link);
-        if (c.kind == FdKind::Pipe) return pipe_inodes.count(c.inode) > 0;
-        if (c.kind == FdKind::Socket) return socket_inodes.count(c.inode) > 0;
-        if (c.kind == FdKind::Device) return want_fuse_daemon && c.path == "/dev/fuse";
-        if (c.kind == FdKind::EventFd && !eventfd_ids.empty()) {
-          auto info = proc_.fdinfo(pid, fd);
-          return info && info->eventfd_id && eventfd_ids.count(*info->eventfd_id) > 0;
-        }
-        return false;
-      });
+  if (fds_wanted) {
+    std::vector<int> holders =
+        host_processes_holding(in_snapshot, kMaxPeers + 1, [&](int pid, int fd, const std::string& link) {
+          auto c = procfs::classify_fd_link(link);
+          if (c.kind == FdKind::Pipe) return pipe_inodes.count(c.inode) > 0;
+          if (c.kind == FdKind::Socket) return socket_inodes.count(c.inode) > 0;
+          if (c.kind == FdKind::Device) return want_fuse_daemon && c.path == "/dev/fuse";
+          if (c.kind == FdKind::File) {  // a FIFO the job waits on, by its path, then by stat
+            auto known = fifos_.find(link);
+            if (known == fifos_.end()) return false;
+            auto st = proc_.fd_stat(pid, fd);
+            return st && st->fifo && st->id == known->second;
+          }
+          if (c.kind == FdKind::EventFd && !eventfd_ids.empty()) {
+            auto info = proc_.fdinfo(pid, fd);
+            return info && info->eventfd_id && eventfd_ids.count(*info->eventfd_id) > 0;
+          }
+          return false;
+        });
+    peers.insert(peers.end(), holders.begin(), holders.end());
+  }
+  if (peers.empty()) return;
   if (peers.size() > kMaxPeers) {
     limitation(
         fmt::format("more than {} peer processes hold the job's pipes and sockets; only the first {} kept",

@@ -339,6 +339,8 @@ json snapshot_to_json(const Snapshot& s) {
       if (f.mnt_id >= 0) fds.back()["mnt_id"] = f.mnt_id;
       if (f.dev_major || f.dev_minor) fds.back()["dev"] = {f.dev_major, f.dev_minor};
       if (!f.locks.empty()) fds.back()["locks"] = file_locks_to_json(f.locks);
+      if (f.pidfd_pid) fds.back()["pidfd_pid"] = *f.pidfd_pid;
+      if (f.signal_mask) fds.back()["signal_mask"] = *f.signal_mask;
     }
     jp["fds"] = fds;
     if (!p.mounts.empty()) {
@@ -570,6 +572,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
         get_if(jf, "flags", f.flags);
         get_if(jf, "pos", f.pos);
         get_opt(jf, "eventfd_id", f.eventfd_id);
+        get_opt(jf, "pidfd_pid", f.pidfd_pid);
+        get_opt(jf, "signal_mask", f.signal_mask);
         for (const auto& e : jf.value("epoll", json::array()))
           f.epoll.push_back(
               {as<int>(e.at("fd")), value_or(e, "events", 0u), value_or(e, "inode", uint64_t{0})});

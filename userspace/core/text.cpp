@@ -250,12 +250,20 @@ const char* signal_name(int sig) {
       return "SIGFPE";
     case 9:
       return "SIGKILL";
+    case 10:
+      return "SIGUSR1";
     case 11:
       return "SIGSEGV";
+    case 12:
+      return "SIGUSR2";
     case 13:
       return "SIGPIPE";
+    case 14:
+      return "SIGALRM";
     case 15:
       return "SIGTERM";
+    case 17:
+      return "SIGCHLD";
     case 18:
       return "SIGCONT";
     case 19:
@@ -269,6 +277,17 @@ const char* signal_name(int sig) {
     default:
       return nullptr;
   }
+}
+
+std::string signal_set_text(uint64_t mask) {
+  std::string out;
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (!(mask & (uint64_t{1} << (sig - 1)))) continue;
+    const char* name = signal_name(sig);
+    if (!out.empty()) out += ", ";
+    out += name ? std::string(name) : fmt::format("signal {}", sig);
+  }
+  return out.empty() ? "no signal" : out;
 }
 
 // ---- enum names -----------------------------------------------------------------------

@@ -1,15 +1,22 @@
 // Pipe ping-pong between two processes for the live tracer: the parent writes
-// a byte down one pipe, the child answers on the other, N times.
+// a byte down one pipe, the child answers on the other, N times. The child
+// answers once the parent is asleep in its read (or after 5 ms): else, on a
+// busy machine, the child can run and answer before the parent reaches its
+// read every time, and no read ever sleeps.
 //   argv: GATE_FD N  (GATE_FD: a line on it starts the activity; 0 = stdin)
 //   READY parent=PID child=PID p2c_r=FD p2c_w=FD c2p_r=FD c2p_w=FD
 //   (line on GATE_FD)
 //   DONE reads_slept=K   (K: the parent's reads of the answer that slept --
 //                         its voluntary context switches rose across them)
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "repro.h"
 
@@ -22,9 +29,22 @@ int main(int argc, char** argv) {
   pid_t child = repro::fork_tied_child();
   if (child < 0) return 1;
   if (child == 0) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", parent);
+    const int stat_fd = open(path, O_RDONLY | O_CLOEXEC);
+    auto parent_asleep = [stat_fd] {
+      char buf[512];
+      ssize_t n = pread(stat_fd, buf, sizeof buf - 1, 0);
+      if (n <= 0) return true;  // unreadable: do not wait for it
+      buf[n] = '\0';
+      const char* close_paren = std::strrchr(buf, ')');
+      return !close_paren || close_paren[1] != ' ' || close_paren[2] == 'S';
+    };
     char byte;
     for (;;) {
       if (read(p2c[0], &byte, 1) != 1) _exit(0);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+      while (!parent_asleep() && std::chrono::steady_clock::now() < deadline) sched_yield();
       if (write(c2p[1], &byte, 1) != 1) _exit(1);
     }
   }

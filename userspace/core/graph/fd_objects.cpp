@@ -11,6 +11,7 @@
 
 #include "graph_builder.h"
 #include "hangtrace/procfs.h"
+#include "hangtrace/text.h"
 
 namespace hangtrace::graph {
 
@@ -21,6 +22,8 @@ const FdEntry* find_fd(const ProcessInfo& p, int fd) {
 }
 
 namespace {
+// waitid's P_PIDFD (linux/wait.h; glibc's <sys/wait.h> names it only from 2.36).
+constexpr uint64_t kPidfdIdType = 3;
 // The kernel refuses an epoll nested deeper than this (EP_MAX_NESTS).
 constexpr int kMaxEpollNesting = 4;
 // Watched fds followed for one wait, over all its epolls.
@@ -85,6 +88,14 @@ std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read
     case FdKind::EventFd:
       id = eventfd_object(p, *f);
       break;
+    case FdKind::PidFd:
+      id = pidfd_object(p, *f);
+      break;
+    case FdKind::SignalFd:
+      id = signal_object(
+          fmt::format("signalfd:{}:{}", p.pid, fd),
+          f->signal_mask ? fmt::format("signalfd for {}", signal_set_text(*f->signal_mask)) : "signalfd");
+      break;
     case FdKind::Epoll: {
       // An epoll inside poll() or another epoll: its watch list, expanded.
       if (nesting >= kMaxEpollNesting) {
@@ -134,19 +145,33 @@ std::string GraphBuilder::fd_object(const ProcessInfo& p, int fd, bool want_read
 
 // One object per end: a read is released by the holders of the write end,
 // and a write by the holders of the read end.
+// A FIFO (a named pipe: its fd links to its path) is keyed by its device and
+// inode too (an unnamed pipe's device is pipefs, left 0:0), and never
+// unreleasable: a process may open it later.
 std::string GraphBuilder::pipe_object(const FdEntry& f, bool want_read) {
-  WaitObject& o = object(fmt::format("pipe:[{}]:{}", f.inode, want_read ? "r" : "w"), ObjectKind::Pipe,
-                         fmt::format("pipe:[{}] ({} end)", f.inode, want_read ? "read" : "write"),
-                         fmt::format("pipe:[{}]", f.inode));
+  const bool fifo = f.dev_major || f.dev_minor;
+  const std::string name = fifo ? fmt::format("fifo:{}:{}:{}", f.dev_major, f.dev_minor, f.inode)
+                                : fmt::format("pipe:[{}]", f.inode);
+  WaitObject& o =
+      object(fmt::format("{}:{}", name, want_read ? "r" : "w"), ObjectKind::Pipe,
+             fmt::format("{} ({} end)", fifo ? "FIFO " + f.link : name, want_read ? "read" : "write"), name);
   if (!o.holder_pids.empty()) return o.id;
-  const uint64_t ino = f.inode;
   auto other_end = holders([&](const FdEntry& e) {
-    if (e.kind != FdKind::Pipe || e.inode != ino) return false;
+    if (e.kind != FdKind::Pipe || e.inode != f.inode || e.dev_major != f.dev_major ||
+        e.dev_minor != f.dev_minor)
+      return false;
     int mode = static_cast<int>(e.flags & O_ACCMODE);
     return want_read ? (mode == O_WRONLY || mode == O_RDWR) : (mode == O_RDONLY || mode == O_RDWR);
   });
   for (int pid : other_end) add_releaser_process(o, pid);
-  o.releasers_certain = true;
+  o.releasers_certain = !fifo;
+  if (fifo) {
+    // Anyone allowed to open the path can join as a writer (a reader): those
+    // holding it now are who could, not all who can.
+    o.external = true;
+    o.notes.push_back(fmt::format("a FIFO: any process that may open {} can {} it too", f.link,
+                                  want_read ? "write" : "read"));
+  }
   return o.id;
 }
 
@@ -289,14 +314,56 @@ std::string GraphBuilder::eventfd_object(const ProcessInfo& p, const FdEntry& f)
   return o.id;
 }
 
+// A pidfd turns readable when its process exits: that process ends the
+// wait, by exiting, and what it does instead continues the chain. It may be
+// anyone's process (pidfd_open takes any pid), so it is looked up host-wide.
+std::string GraphBuilder::pidfd_object(const ProcessInfo& p, const FdEntry& f) {
+  if (!f.pidfd_pid) {
+    WaitObject& o = object(fmt::format("pidfd:{}:{}", p.pid, f.fd), ObjectKind::Child,
+                           fmt::format("pidfd {} of {}", f.fd, p.pid));
+    o.external = true;
+    o.notes.push_back("which process it refers to could not be read");
+    return o.id;
+  }
+  const int target = *f.pidfd_pid;
+  WaitObject& o = object(
+      fmt::format("exit:{}", target), ObjectKind::Child,
+      target > 0 ? fmt::format("the exit of process {} (pidfd)", target) : "the exit of a process (pidfd)");
+  if (!o.holder_pids.empty() || o.releasers_certain || o.external || o.ready) return o.id;
+  const ProcessInfo* q = target > 0 ? snap_.process(target) : nullptr;
+  if (target <= 0 || (q && !alive(*q))) {
+    o.ready = true;
+    o.notes.push_back("the process has exited: the wait ends at once");
+  } else if (!q) {
+    o.external = true;
+    o.notes.push_back(fmt::format("process {} could not be read", target));
+  } else {
+    add_releaser_process(o, target);
+    o.releasers_certain = true;
+  }
+  return o.id;
+}
+
+// Who sends a signal is not known until it is sent: the kernel keeps no list
+// of who may.
+std::string GraphBuilder::signal_object(const std::string& id, const std::string& label) {
+  WaitObject& o = object(id, ObjectKind::Signal, label);
+  o.external = true;
+  if (o.notes.empty()) o.notes.push_back("who would send it is not known until it is sent");
+  return o.id;
+}
+
 // wait4/waitid: released by the live children it waits for (a zombie one
 // ends the wait at once).
 std::string GraphBuilder::child_object(const ProcessInfo& p, const ThreadInfo& t) {
   int which = -1;  // -1: any child
   if (t.syscall.nr == HT_NR_wait4) {
     which = static_cast<int>(t.syscall.args[0]);
-  } else {  // waitid(idtype, id, ...)
-    if (t.syscall.args[0] == static_cast<uint64_t>(P_PID)) which = static_cast<int>(t.syscall.args[1]);
+  } else if (t.syscall.args[0] == static_cast<uint64_t>(P_PID)) {  // waitid(idtype, id, ...)
+    which = static_cast<int>(t.syscall.args[1]);
+  } else if (t.syscall.args[0] == kPidfdIdType) {  // waitid(P_PIDFD, fd, ...)
+    const FdEntry* f = find_fd(p, static_cast<int>(t.syscall.args[1]));
+    if (f && f->pidfd_pid && *f->pidfd_pid > 0) which = *f->pidfd_pid;
   }
   std::string id = which > 0 ? fmt::format("child:{}", which) : fmt::format("children:{}", p.pid);
   WaitObject& o =

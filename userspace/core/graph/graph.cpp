@@ -38,6 +38,8 @@ const char* object_kind_name(ObjectKind k) {
       return "gil";
     case ObjectKind::FileLock:
       return "file-lock";
+    case ObjectKind::Signal:
+      return "signal";
     case ObjectKind::Unknown:
       return "unknown";
   }
@@ -309,9 +311,7 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
       }
       break;
     case WaitClass::Pause: {
-      WaitObject& o = object("signal", ObjectKind::Unknown, "a signal");
-      o.external = true;
-      id = o.id;
+      id = signal_object("signal", "a signal");
       blocked();
       w.summary = "waits for a signal";
       break;

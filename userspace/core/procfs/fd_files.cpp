@@ -156,6 +156,10 @@ Result<FdInfo> parse_fdinfo(std::string_view text) {
     } else if (key == "eventfd-count") {
       // printed with %16llx
       if (auto v = parse_u64(value, 16)) info.eventfd_count = *v;
+    } else if (key == "Pid") {
+      if (auto v = parse_int<int>(value)) info.pidfd_pid = *v;
+    } else if (key == "sigmask") {
+      if (auto v = parse_u64(value, 16)) info.signalfd_mask = *v;
     }
   }
   if (!have_pos || !have_flags) return parse_error("fdinfo", "missing pos or flags");

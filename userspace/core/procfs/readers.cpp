@@ -109,12 +109,15 @@ Result<std::vector<int>> list_numeric_dir(const std::string& path, int* errno_ou
   return out;
 }
 
+// Cached attributes only (AT_STATX_DONT_SYNC): a file of a target's on a
+// stuck NFS or FUSE server must not make hangtrace wait for that server.
 Result<FileStat> examine_file(const std::string& path, int* errno_out) {
   if (errno_out) *errno_out = 0;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return os_error("examine", path, errno, errno_out);
-  return FileStat{FileId{major(st.st_dev), minor(st.st_dev), static_cast<uint64_t>(st.st_ino)},
-                  static_cast<uint64_t>(st.st_size)};
+  struct statx st {};
+  if (::statx(AT_FDCWD, path.c_str(), AT_STATX_DONT_SYNC, STATX_TYPE | STATX_INO | STATX_SIZE, &st) != 0)
+    return os_error("examine", path, errno, errno_out);
+  return FileStat{FileId{st.stx_dev_major, st.stx_dev_minor, static_cast<uint64_t>(st.stx_ino)},
+                  static_cast<uint64_t>(st.stx_size), S_ISFIFO(st.stx_mode)};
 }
 
 Result<FileId> stat_file(const std::string& path, int* errno_out) {

@@ -148,6 +148,11 @@ Judgement judge(const RuleContext& ctx, const ThreadWait& main_wait, const std::
                               : fmt::format("{}: {}", o.label, o.notes.front()));
     if (!o.external && !o.ready && releaser_count(o) == 0 && !o.releasers_certain)
       j.unknown.push_back(fmt::format("{}: no process hangtrace can see can end it", o.label));
+    // Mapping a lock is not holding it: with no owner in its word, those
+    // that share it are who could post it, not who is known to hold it.
+    if (o.futex && o.futex->shared && !o.owner_tid && releaser_count(o) > 0)
+      j.unknown.push_back(fmt::format(
+          "{}: records no owner, so which of the processes sharing it holds it is not known", o.label));
   }
   if (main_wait.objects.empty() && main_wait.activity != Activity::Sleeping &&
       main_wait.activity != Activity::Stopped)
@@ -181,6 +186,12 @@ std::vector<std::string> chain_advice(const RuleContext& ctx, const ThreadWait& 
           "(a tool left running, another job on the same cache), give this job its own lock or cache "
           "directory.",
           who, via.label, rw->summary, pid));
+    } else if (via.kind == ObjectKind::Futex && outside) {
+      out.push_back(fmt::format(
+          "{}, outside the job, shares the {} and may be the one holding it ({}): if it is, make it release "
+          "it or end it (kill {}). A lock shared with processes outside the job needs a timeout on the "
+          "acquire (acquire(timeout=...), sem_timedwait) so that the job fails loudly instead of hanging.",
+          who, via.label, rw->summary, pid));
     } else if (is_data_object(via) && !attends_to(ctx, *rw, via)) {
       out.push_back(fmt::format(
           "{}{} holds the other end of {} and does not read or write it ({}): make it drain it (restart the "
@@ -188,11 +199,15 @@ std::vector<std::string> chain_advice(const RuleContext& ctx, const ThreadWait& 
           who, outside ? ", outside the job," : "", via.label, rw->summary));
     }
   }
-  if (main_wait.wait_class == WaitClass::Pause)
+  const bool waits_for_signal =
+      main_wait.wait_class == WaitClass::Pause ||
+      std::any_of(main_wait.objects.begin(), main_wait.objects.end(),
+                  [&](const std::string& id) { return ctx.object(id).kind == ObjectKind::Signal; });
+  if (waits_for_signal)
     out.push_back(
         "It waits for a signal and no process here is known to send one: find which process should (a "
-        "launcher, a supervisor, a 'kill -USR1' in a script), or replace the pause() with a wait on "
-        "something that says who ends it.");
+        "launcher, a supervisor, a 'kill -USR1' in a script), or replace the wait for a signal with a wait "
+        "on something that says who ends it.");
   return out;
 }
 
@@ -279,7 +294,9 @@ std::vector<Finding> no_progress_findings(const RuleContext& ctx) {
     if (j.terminal_input)
       because = "it waits for input from a terminal: a person has to type";
     else if (!instead.empty())
-      because = fmt::format("who could end it: {}", fmt::join(instead, "; "));
+      because =
+          fmt::format("who could end it: {}{}", fmt::join(instead, "; "),
+                      j.unknown.empty() ? "" : fmt::format("; unknown: {}", fmt::join(j.unknown, "; ")));
     else if (!j.unknown.empty())
       because = fmt::format("who can end it is unknown ({})", fmt::join(j.unknown, "; "));
     else
