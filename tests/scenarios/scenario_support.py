@@ -511,6 +511,14 @@ class ScenarioTestCase(unittest.TestCase):
             w.kill()
         self._workloads = []
 
+    def shared_dir(self, prefix):
+        """A temporary directory every user may write to (a lock, socket or
+        FIFO another uid's process opens there), removed when the test ends."""
+        path = tempfile.mkdtemp(prefix=prefix)
+        os.chmod(path, 0o777)
+        self.addCleanup(shutil.rmtree, path, True)
+        return path
+
     def start(self, script, *args, python=True, env=None, wrapper=None, shell=False):
         argv = ([PYTHON, "-X", TEST_TAG, "-u", workload(script)] if python else [workload(script)]) + \
             [str(a) for a in args]
@@ -654,6 +662,11 @@ class FuseMountMixin:
 
 
 requires_fuse = unittest.skipUnless(os.path.exists("/dev/fuse") and os.geteuid() == 0, "needs /dev/fuse and root")
+
+
+def chain_text(finding):
+    """A finding's wait chain as lines "FROM EDGE TO", for assertIn."""
+    return "\n".join("%s %s %s" % (s.get("from"), s.get("edge"), s.get("to")) for s in finding.get("chain", []))
 
 
 def killed_findings(report, pid):

@@ -9,11 +9,9 @@ that process left unknown, never assumed. And an eventfd its server keeps
 writing is no finding."""
 import os
 import shutil
-import signal
-import tempfile
 import unittest
 
-from scenario_support import (ScenarioTestCase, _syscall_numbers, parse_marker, requires_bpf_and_torch,
+from scenario_support import (chain_text, ScenarioTestCase, _syscall_numbers, parse_marker, requires_bpf_and_torch,
                               wait_until_blocked)
 
 SYS = _syscall_numbers()
@@ -25,17 +23,11 @@ def as_nobody():
         if shutil.which("setpriv") else None
 
 
-def chain_text(finding):
-    return "\n".join("%s %s %s" % (s.get("from"), s.get("edge"), s.get("to")) for s in finding.get("chain", []))
-
-
 @requires_bpf_and_torch
 class OutsideReleasers(ScenarioTestCase):
     def setUp(self):
         super().setUp()
-        self.dir = tempfile.mkdtemp(prefix="hangtrace-outside-")
-        os.chmod(self.dir, 0o777)
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = self.shared_dir("hangtrace-outside-")
 
     def outside(self, marker, *args, wrapper=None):
         w = self.start("outside.py", *args, wrapper=wrapper)

@@ -8,29 +8,20 @@ process is known not to move -- never "no hang found"."""
 import os
 import shutil
 import signal
-import stat
-import subprocess
-import tempfile
 import unittest
 
-from scenario_support import (PYTHON, ScenarioTestCase, _syscall_numbers, parse_marker, proc_state,
+from scenario_support import (chain_text, PYTHON, ScenarioTestCase, _syscall_numbers, parse_marker, proc_state,
                               requires_bpf_and_torch, wait_for, wait_until_blocked, workload)
 
 SYS = _syscall_numbers()
 NOBODY = 65534
 
 
-def chain_text(finding):
-    return "\n".join("%s %s %s" % (s.get("from"), s.get("edge"), s.get("to")) for s in finding.get("chain", []))
-
-
 @requires_bpf_and_torch
 class WaitReleasers(ScenarioTestCase):
     def setUp(self):
         super().setUp()
-        self.dir = tempfile.mkdtemp(prefix="hangtrace-releasers-")
-        os.chmod(self.dir, 0o777)
-        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dir = self.shared_dir("hangtrace-releasers-")
 
     def assertStalledOn(self, report, main, releaser, words):
         self.assertEqual(report.returncode, 2, report.dump())
@@ -71,6 +62,28 @@ class WaitReleasers(ScenarioTestCase):
                 self.assertIn("kill %d" % holder, " ".join(first.get("advice", [])), report.dump())
                 holder_w.kill()
                 job.kill()
+
+    def test_a_file_lock_held_outside_under_mp_spawn(self):
+        # Another launcher: torch.multiprocessing.spawn's parent joins its
+        # processes (poll on their sentinels); each waits for the lock.
+        path = os.path.join(self.dir, "spawn.lock")
+        holder_w = self.start("releasers.py", "lock-hold", "flock", path)
+        holder = parse_marker(holder_w.wait_for_line("READY"))["holder"][0]
+        job = self.start("releasers.py", "spawn-lock-take", "flock", path)
+        marker = parse_marker(job.wait_for_line("READY", timeout=120))
+        main, children = marker["main"][0], marker["children"]
+        wait_until_blocked(children, main_syscalls=[SYS["flock"]], settle=1.2)
+        report = self.hangtrace(main, "--stall-after", "1")
+        self.assertEqual(report.returncode, 2, report.dump())
+        first = report.findings[0]
+        self.assertEqual(first.get("severity"), "critical", report.dump())
+        text = first.get("summary", "") + "\n" + chain_text(first)
+        self.assertIn(path, text, report.dump())
+        self.assertIn("peer %d" % holder, text, report.dump())
+        advice = " ".join(first.get("advice", []))
+        self.assertIn("kill %d" % holder, advice, report.dump())
+        # The sentinel pipes of spawn's join are not a log shipper to restart.
+        self.assertNotIn("drain", advice, report.dump())
 
     def test_a_lock_polled_for_held_by_another_process(self):
         # The lock-file libraries' way: LOCK_NB, sleep, try again.

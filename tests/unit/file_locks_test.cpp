@@ -3,6 +3,7 @@
 // graph -- released by the holder /proc/locks names, by whoever holds an OFD
 // lock through an fd, or by nobody anyone can see (unknown, never free).
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/file.h>
 
 #include "hangtrace/analysis.h"
@@ -123,6 +124,32 @@ TEST(FileLocks, AFlockHeldOutsideTheJobNamesItsHolderAndWhatItDoes) {
   EXPECT_EQ(f.details["releasers"][0]["pid"], 300);
   EXPECT_EQ(exit_status_for(d), 2);
   EXPECT_EQ(d.verdict.status, "hang");
+}
+
+// The launcher's way (torch.multiprocessing.spawn): main 100 polls the
+// sentinel pipe of its child 200, which waits for the lock peer 300 holds.
+// The fix is at the end of the chain (the lock's holder), not "drain the
+// pipe": a sentinel is written by no one, it ends when the child exits.
+TEST(FileLocks, AChildWaitingForTheLockGivesTheAdviceFromTheEndOfTheChain) {
+  SnapshotBuilder b = flock_held_by(300, true);
+  ProcessInfo& child = b.proc(200, 100, ProcessRole::Descendant);
+  child.threads = b.find(100)->threads;
+  child.threads[0].tid = 200;
+  child.fds = b.find(100)->fds;
+  b.s.file_locks[1].pid = 200;
+  b.fd(200, 6, FdKind::Pipe, 900, O_WRONLY);
+  ThreadInfo& main = b.find(100)->threads[0];
+  testing::in_syscall(main, HT_NR_poll, {0x7000, 1, static_cast<uint64_t>(-1)});
+  main.memory.poll_fds = {{5, POLLIN}};
+  b.find(100)->fds.clear();
+  b.fd(100, 5, FdKind::Pipe, 900, O_RDONLY, 0);
+  Diagnosis d = diagnose(b.s);
+  auto found = of_kind(d, FindingKind::NoProgress);
+  ASSERT_EQ(found.size(), 1u) << d.verdict.summary;
+  std::string advice;
+  for (const auto& a : found.front()->advice) advice += a + "\n";
+  EXPECT_NE(advice.find("kill 300"), std::string::npos) << advice;
+  EXPECT_EQ(advice.find("drain"), std::string::npos) << advice;
 }
 
 TEST(FileLocks, AnOfdLockIsHeldByWhoeverHoldsItThroughAnFd) {

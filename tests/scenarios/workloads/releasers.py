@@ -11,6 +11,9 @@
       prints "READY main=PID", then tries the lock without blocking every
       50 ms until it gets it (LOCK_NB / F_SETLK, as lock-file libraries do),
       then prints "TOOK N" and holds it 0.2 s, lets it go and starts over
+  releasers.py spawn-lock-take KIND PATH
+      torch.multiprocessing.spawn()s two processes that each wait for the
+      KIND lock on PATH; prints "READY main=PID children=A,B" and joins them
   releasers.py wait-file PATH
       prints "READY main=PID", then checks every 50 ms for PATH to appear
   releasers.py write-stdout
@@ -77,6 +80,12 @@ def produce(queue, put):
         queue.put(b"x" * (1 << 20))
 
 
+def take_lock_in_spawned(index, kind, path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock(kind, fd)
+    time.sleep(3600)
+
+
 def main():
     what = sys.argv[1]
     if what == "lock-hold":
@@ -107,6 +116,13 @@ def main():
         lock(kind, fd)
         say("LOCKED")
         time.sleep(3600)
+    elif what == "spawn-lock-take":
+        import torch.multiprocessing
+        kind, path = sys.argv[2], sys.argv[3]
+        context = torch.multiprocessing.spawn(take_lock_in_spawned, args=(kind, path), nprocs=2, join=False)
+        say("READY main=%d children=%s" % (os.getpid(), ",".join(str(p.pid) for p in context.processes)))
+        while not context.join():
+            pass
     elif what == "lock-poll":
         kind, path = sys.argv[2], sys.argv[3]
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

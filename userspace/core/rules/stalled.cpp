@@ -165,35 +165,45 @@ Judgement judge(const RuleContext& ctx, const ThreadWait& main_wait, const std::
   return j;
 }
 
-// Advice from the first hops of the chain: what the main thread waits on
-// and what the process that could end it does instead.
+// Advice from the chain: a lock's holder wherever the chain reaches it (the
+// end of the chain is what to fix: a spawned process waiting for a lock a
+// process outside the job holds), and, for the main thread's own write, a
+// reader that does not read.
 std::vector<std::string> chain_advice(const RuleContext& ctx, const ThreadWait& main_wait,
                                       const std::vector<Hop>& reached) {
   std::vector<std::string> out;
+  auto add = [&](std::string a) {
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(std::move(a));
+  };
   for (const auto& hop : reached) {
     if (out.size() >= 2) break;
     const WaitObject& via = ctx.object(hop.via);
-    if (std::find(main_wait.objects.begin(), main_wait.objects.end(), hop.via) == main_wait.objects.end())
-      continue;  // a later hop: its own finding's business
+    const bool first_hop =
+        std::find(main_wait.objects.begin(), main_wait.objects.end(), hop.via) != main_wait.objects.end();
     const ThreadWait* rw = ctx.wait_of(hop.tid);
     if (!rw) continue;
     const int pid = ctx.pid_of(hop.tid);
     const std::string who = ctx.thread_label(pid);
     const bool outside = !ctx.in_tree(hop.tid);
+    // The main thread writes (a pipe's write end, or a write call): whoever
+    // holds the other end has to read.
+    const bool main_writes =
+        main_wait.wait_class == WaitClass::FdWrite || (via.kind == ObjectKind::Pipe && hop.via.size() > 2 &&
+                                                       hop.via.compare(hop.via.size() - 2, 2, ":w") == 0);
     if (via.kind == ObjectKind::FileLock) {
-      out.push_back(fmt::format(
+      add(fmt::format(
           "{} holds the {} and {}: let it finish or end it (kill {}); if it should not hold the lock at all "
           "(a tool left running, another job on the same cache), give this job its own lock or cache "
           "directory.",
           who, via.label, rw->summary, pid));
     } else if (via.kind == ObjectKind::Futex && outside) {
-      out.push_back(fmt::format(
+      add(fmt::format(
           "{}, outside the job, shares the {} and may be the one holding it ({}): if it is, make it release "
           "it or end it (kill {}). A lock shared with processes outside the job needs a timeout on the "
           "acquire (acquire(timeout=...), sem_timedwait) so that the job fails loudly instead of hanging.",
           who, via.label, rw->summary, pid));
-    } else if (is_data_object(via) && !attends_to(ctx, *rw, via)) {
-      out.push_back(fmt::format(
+    } else if (first_hop && main_writes && is_data_object(via) && !attends_to(ctx, *rw, via)) {
+      add(fmt::format(
           "{}{} holds the other end of {} and does not read or write it ({}): make it drain it (restart the "
           "reader, e.g. the log shipper), or send the job's output to a file instead of a pipe.",
           who, outside ? ", outside the job," : "", via.label, rw->summary));
