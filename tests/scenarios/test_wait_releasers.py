@@ -152,6 +152,8 @@ class WaitReleasers(ScenarioTestCase):
         self.assertEqual(first.get("kind"), "no-progress", report.dump())
         self.assertIn("waits for a signal", first.get("summary", ""), report.dump())
         self.assertIn("unknown", first.get("summary", ""), report.dump())
+        # Nobody to name: the fix is to find who should send it.
+        self.assertIn("find which process should", " ".join(first.get("advice", [])), report.dump())
 
 
 if __name__ == "__main__":
