@@ -7,15 +7,14 @@ user cannot do. Each child is named for what it is (a subprocess, a
 multiprocessing child), not "worker"."""
 import unittest
 
-from scenario_support import (ScenarioTestCase, _syscall_numbers, parse_marker, requires_bpf_and_torch,
+from scenario_support import (ScenarioTestCase, chain_text, _syscall_numbers, parse_marker, requires_bpf_and_torch,
                               wait_until_blocked)
 
 SYS = _syscall_numbers()
 
 
 def text_of(finding):
-    chain = "\n".join("%s %s %s" % (s.get("from"), s.get("edge"), s.get("to")) for s in finding.get("chain", []))
-    return finding.get("summary", "") + "\n" + chain
+    return finding.get("summary", "") + "\n" + chain_text(finding)
 
 
 @requires_bpf_and_torch

@@ -437,6 +437,34 @@ TEST(Analysis, SelfDeadlockOnOwnMutex) {
   EXPECT_EQ(f->tids, (std::vector<int>{101}));
 }
 
+// main 100 polls two pipes, each written by a child that sleeps: in the
+// text, each pipe is drawn with its own releaser under it (siblings), not
+// the second pipe's lines between the first and its releaser.
+TEST(Analysis, TheWaitChainDrawsEachObjectWithItsOwnReleasers) {
+  SnapshotBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  ThreadInfo& main = b.thread(100, 100, 'S', 60.0);
+  testing::in_syscall(main, HT_NR_poll, {0x7000, 2, static_cast<uint64_t>(-1)});
+  main.memory.poll_fds = {{5, POLLIN}, {6, POLLIN}};
+  b.fd(100, 5, FdKind::Pipe, 900, O_RDONLY, 0);
+  b.fd(100, 6, FdKind::Pipe, 901, O_RDONLY, 0);
+  for (int child : {200, 201}) {
+    b.proc(child, 100, ProcessRole::Descendant);
+    testing::in_syscall(b.thread(child, child, 'S', 60.0), HT_NR_pause, {});
+    b.fd(child, 7, FdKind::Pipe, child == 200 ? 900 : 901, O_WRONLY);
+  }
+  Diagnosis d = diagnose(b.s);
+  std::string text = render_text(b.s, d);
+  const size_t first = text.find("waits on pipe:[900]"), first_releaser = text.find("released by worker 200"),
+               second = text.find("waits on pipe:[901]"),
+               second_releaser = text.find("released by worker 201");
+  ASSERT_NE(first, std::string::npos) << text;
+  ASSERT_NE(second_releaser, std::string::npos) << text;
+  EXPECT_LT(first, first_releaser) << text;
+  EXPECT_LT(first_releaser, second) << text;
+  EXPECT_LT(second, second_releaser) << text;
+}
+
 TEST(Analysis, ReportsRenderVerdictFirstAndSchema) {
   SnapshotBuilder b = fork_inherited_lock();
   Diagnosis d = diagnose(b.s);

@@ -9,7 +9,9 @@
 // And the processes outside the job that map a lock in shared memory the job
 // waits on (a POSIX semaphore in /dev/shm, a multiprocessing lock): a lock
 // word without an owner does not say who holds it, so whoever else maps it
-// is in the snapshot, as a peer, to be judged -- not left out unseen.
+// is in the snapshot, as a peer, to be judged -- not left out unseen. Only
+// while no thread of the job that could post it runs: reading every process's
+// maps is the price of a verdict that depends on it.
 #include <linux/futex.h>
 #include <unistd.h>
 
@@ -132,11 +134,19 @@ void Collector::find_lock_sharers() {
           objects.insert(procfs::FileId{m.dev_major, m.dev_minor, m.inode});
   }
   if (objects.empty()) return;
-  // A job thread on CPU can still post what the others wait for: the host is
-  // only searched when nothing in the job runs.
-  for (const auto& p : snap_.processes)
-    for (const auto& t : p.threads)
-      if (p.role != ProcessRole::Peer && t.state == 'R') return;
+  auto maps_one = [&](const std::vector<Mapping>& maps) {
+    return std::any_of(maps.begin(), maps.end(), [&](const Mapping& m) {
+      return m.shared() && objects.count(procfs::FileId{m.dev_major, m.dev_minor, m.inode});
+    });
+  };
+  // A job thread on CPU in a process that maps the lock can still post it:
+  // then the job is not stuck on it, and the host is not searched.
+  for (const auto& p : snap_.processes) {
+    if (p.role == ProcessRole::Peer || exited_.count(p.pid) ||
+        std::none_of(p.threads.begin(), p.threads.end(), [](const ThreadInfo& t) { return t.state == 'R'; }))
+      continue;
+    if (auto maps = proc_.maps(proc_id(p.pid)); maps && maps_one(*maps)) return;
+  }
   const int self = getpid();
   std::vector<int> sharers;
   for (int pid : all_pids_) {
@@ -144,12 +154,7 @@ void Collector::find_lock_sharers() {
     if (in_snapshot.count(pid) || pid == self) continue;
     auto st = stats_.find(pid);
     if (st == stats_.end() || st->second.is_kernel_thread()) continue;
-    auto maps = proc_.maps(proc_id(pid));
-    if (!maps) continue;
-    if (std::any_of(maps->begin(), maps->end(), [&](const Mapping& m) {
-          return m.shared() && objects.count(procfs::FileId{m.dev_major, m.dev_minor, m.inode});
-        }))
-      sharers.push_back(pid);
+    if (auto maps = proc_.maps(proc_id(pid)); maps && maps_one(*maps)) sharers.push_back(pid);
   }
   if (sharers.size() > kMaxPeers) {
     limitation(fmt::format(

@@ -78,16 +78,40 @@ void render_top_finding(const Finding& top, const LineSink& line) {
   if (!top.chain.empty()) {
     line("");
     line("WAIT CHAIN");
-    std::string indent = "  ";
-    line(indent + top.chain.front().from);
-    for (const auto& step : top.chain) {
-      line(fmt::format("{}└─ {} {}", indent, step.edge, step.to));
-      indent += "   ";
+    // A step hangs under the step that ended where it starts (else the root,
+    // or the step before it) and is drawn there, depth first: two objects
+    // one poll waits on are siblings, each with its own releasers.
+    const auto& chain = top.chain;
+    constexpr size_t kRoot = static_cast<size_t>(-1);
+    std::vector<size_t> parent(chain.size(), kRoot);
+    std::vector<std::vector<size_t>> children(chain.size() + 1);  // the root's last
+    for (size_t i = 0; i < chain.size(); ++i) {
+      if (chain[i].from != chain.front().from) {
+        parent[i] = i == 0 ? kRoot : i - 1;
+        for (size_t j = i; j-- > 0;)
+          if (chain[j].to == chain[i].from) {
+            parent[i] = j;
+            break;
+          }
+      }
+      children[parent[i] == kRoot ? chain.size() : parent[i]].push_back(i);
     }
+    line("  " + chain.front().from);
+    size_t last_depth = 1;
+    std::vector<std::pair<size_t, size_t>> todo;  // (step, depth), depth first
+    for (auto it = children.back().rbegin(); it != children.back().rend(); ++it) todo.push_back({*it, 1});
+    while (!todo.empty()) {
+      auto [i, depth] = todo.back();
+      todo.pop_back();
+      line(fmt::format("  {}└─ {} {}", std::string(3 * (depth - 1), ' '), chain[i].edge, chain[i].to));
+      if (i + 1 == chain.size()) last_depth = depth;
+      for (auto it = children[i].rbegin(); it != children[i].rend(); ++it) todo.push_back({*it, depth + 1});
+    }
+    const std::string last(3 * last_depth + 2, ' ');
     if (top.kind == FindingKind::OrphanedLock || top.kind == FindingKind::DeadPeer)
-      line(fmt::format("{}✗ nothing alive can end this wait", indent));
+      line(fmt::format("{}✗ nothing alive can end this wait", last));
     else if (top.kind == FindingKind::DeadlockCycle)
-      line(fmt::format("{}↺ back to the start: a cycle", indent));
+      line(fmt::format("{}↺ back to the start: a cycle", last));
   }
   if (!top.advice.empty()) {
     line("");
