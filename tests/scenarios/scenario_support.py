@@ -511,6 +511,25 @@ class ScenarioTestCase(unittest.TestCase):
             w.kill()
         self._workloads = []
 
+    def assertStalledNaming(self, report, words, releaser=None):
+        """Exit 2 and a critical first finding with advice, whose summary and
+        chain hold `words`; with `releaser`, that process is named among who
+        could end the wait, and is in the report as a peer (outside the job)."""
+        self.assertEqual(report.returncode, 2, report.dump())
+        first = report.findings[0]
+        self.assertEqual(first.get("severity"), "critical", report.dump())
+        text = first.get("summary", "") + "\n" + chain_text(first)
+        for w in words:
+            self.assertIn(w, text, report.dump())
+        self.assertTrue(first.get("advice"), report.dump())
+        if releaser is not None:
+            self.assertIn(releaser, first.get("pids", []) +
+                          [r.get("pid") for r in (first.get("details") or {}).get("releasers", [])], report.dump())
+            entry = report.process(releaser)
+            self.assertIsNotNone(entry, report.dump())
+            self.assertEqual(entry.get("role"), "peer", report.dump())
+        return first
+
     def shared_dir(self, prefix):
         """A temporary directory every user may write to (a lock, socket or
         FIFO another uid's process opens there), removed when the test ends."""

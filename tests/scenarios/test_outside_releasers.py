@@ -11,7 +11,7 @@ import os
 import shutil
 import unittest
 
-from scenario_support import (chain_text, ScenarioTestCase, _syscall_numbers, parse_marker, requires_bpf_and_torch,
+from scenario_support import (ScenarioTestCase, _syscall_numbers, parse_marker, requires_bpf_and_torch,
                               wait_until_blocked)
 
 SYS = _syscall_numbers()
@@ -44,19 +44,7 @@ class OutsideReleasers(ScenarioTestCase):
         end the wait."""
         wait_until_blocked(main, main_syscalls=[SYS[nr]], settle=1.2)
         report = self.hangtrace(main, "--stall-after", "1")
-        self.assertEqual(report.returncode, 2, report.dump())
-        first = report.findings[0]
-        self.assertEqual(first.get("severity"), "critical", report.dump())
-        text = first.get("summary", "") + "\n" + chain_text(first)
-        for w in words:
-            self.assertIn(w, text, report.dump())
-        self.assertTrue(first.get("advice"), report.dump())
-        if releaser is not None:
-            self.assertIn(releaser, first.get("pids", []) +
-                          [r.get("pid") for r in (first.get("details") or {}).get("releasers", [])], report.dump())
-            entry = report.process(releaser)
-            self.assertIsNotNone(entry, report.dump())
-            self.assertEqual(entry.get("role"), "peer", report.dump())
+        first = self.assertStalledNaming(report, words, releaser)
         return report, first
 
     def test_an_eventfd_whose_server_sleeps(self):
