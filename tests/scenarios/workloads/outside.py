@@ -32,6 +32,8 @@ The job:
       "READY main=PID", then poll()s it for PID's exit
   outside.py signalfd               blocks SIGUSR1, reads it from a signalfd
       after printing "READY main=PID"
+  outside.py open-fifo PATH         prints "READY main=PID", then opens the
+      FIFO PATH for reading: open() waits for a writer that never comes
 """
 import ctypes
 import os
@@ -147,6 +149,10 @@ def main():
         say("READY main=%d" % os.getpid())
         os.read(sfd, 128)
         say("SIGNALLED")
+    elif what == "open-fifo":
+        say("READY main=%d" % os.getpid())
+        os.open(args[0], os.O_RDONLY)
+        say("OPENED")
     else:
         raise SystemExit("unknown command %r" % what)
 
