@@ -135,8 +135,11 @@ struct ThreadWait {
   std::string summary;               // "waits on lock 0x7f..40 (private, no owner)"
   std::vector<std::string> objects;  // WaitObject ids (OR)
   std::optional<double> timeout_s;
-  std::optional<double> blocked_s;        // from the kernel's scheduler bookkeeping
-  bool progressed = false;                // CPU or I/O moved between the two samples
+  std::optional<double> blocked_s;  // from the kernel's scheduler bookkeeping
+  bool progressed = false;          // CPU or I/O moved between the two samples
+  // Put on a CPU after its wait was read: the wait read was not the one it
+  // sits in for good (ThreadInfo::runs_at_read).
+  bool woke = false;
   std::vector<std::string> kernel_stack;  // function names, innermost first
   // A poll: a thread that sleeps, wakes, re-checks and sleeps again (see
   // is_poll): how often it wakes, and how long it was watched. Its objects

@@ -216,6 +216,13 @@ struct ThreadInfo {
   uint64_t cpu_ns_start = 0, cpu_ns_end = 0;
   uint64_t io_bytes_start = 0, io_bytes_end = 0;
   bool progress_sampled = false;
+  // How many times the thread was put on a CPU (/proc schedstat's third
+  // field), read before its state and syscall, and again with the last
+  // progress sample: a thread read in a wait that then ran was released
+  // (or interrupted) meanwhile, whatever that one reading said. Absent
+  // when schedstat could not be read.
+  std::optional<uint64_t> runs_at_read;
+  uint64_t runs_end = 0;
   std::optional<PollWatch> poll;  // set for a main thread asleep on a timer at both samples
   // Empty when not read (not a Python process, or the read failed: see
   // python_stack_error).

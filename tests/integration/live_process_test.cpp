@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -266,15 +267,23 @@ std::set<uint32_t> bpf_ids_of(int pid, const char* key) {
   return ids;
 }
 
-// The ids bpftool lists right now ("prog" or "link").
-std::set<uint32_t> bpftool_ids(const std::string& what) {
-  auto r = run_command({"bpftool", "-j", what, "show"});
-  std::set<uint32_t> ids;
-  auto j = nlohmann::json::parse(r.out, nullptr, false);
-  if (!j.is_array()) return ids;
-  for (const auto& e : j)
-    if (e.contains("id")) ids.insert(e["id"].get<uint32_t>());
-  return ids;
+// The ids bpftool lists right now ("prog" or "link"). bpftool walks the
+// ids and then opens each object; one that a test beside this one (ctest -j)
+// closes in between fails the walk, so a failed walk is taken again, and one
+// that keeps failing is nullopt (never an empty list that passes a check).
+std::optional<std::set<uint32_t>> bpftool_ids(const std::string& what) {
+  for (int attempt = 1; attempt <= 20; ++attempt) {
+    auto r = run_command({"bpftool", "-j", what, "show"});
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (r.exit_code == 0 && j.is_array()) {
+      std::set<uint32_t> ids;
+      for (const auto& e : j)
+        if (e.contains("id")) ids.insert(e["id"].get<uint32_t>());
+      return ids;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
+  }
+  return std::nullopt;
 }
 
 std::vector<uint32_t> still_listed(const std::set<uint32_t>& ours, const std::set<uint32_t>& listed) {
@@ -322,8 +331,11 @@ TEST(LiveProcess, NothingStaysAttachedAfterSigkill) {
   std::vector<uint32_t> left_progs, left_links;
   auto deadline = std::chrono::steady_clock::now() + 20s;
   do {
-    left_links = still_listed(links, bpftool_ids("link"));
-    left_progs = still_listed(progs, bpftool_ids("prog"));
+    auto listed_links = bpftool_ids("link");
+    auto listed_progs = bpftool_ids("prog");
+    ASSERT_TRUE(listed_links && listed_progs) << "bpftool link/prog show kept failing";
+    left_links = still_listed(links, *listed_links);
+    left_progs = still_listed(progs, *listed_progs);
     if (left_links.empty() && left_progs.empty()) break;
     usleep(20'000);
   } while (std::chrono::steady_clock::now() < deadline);

@@ -200,14 +200,13 @@ class Host:
         after it, in the host's cgroup unless in_cgroup is False. nsenter, not
         `ip netns exec`, which would mount a sysfs of its own over /sys (and
         hide /sys/fs/cgroup from the daemon). Each step execs: the pid is
-        argv's."""
+        argv's. The cgroup is joined last: `hostname` (a child of the shell)
+        runs outside it, where no daemon takes it for a job."""
         enter = 'hostname "$1" && shift && exec "$@"'
-        inner = ["nsenter", "--net=/run/netns/" + self.netns, "--", "unshare", "--uts", "--",
-                 "sh", "-c", enter, "sh", self.name] + [str(a) for a in argv]
-        if not in_cgroup:
-            return inner
-        join = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
-        return ["sh", "-c", join, "sh", self.cgroup_dir] + inner
+        if in_cgroup:
+            enter = 'hostname "$1" && echo $$ > "$2/cgroup.procs" && shift 2 && exec "$@"'
+        return (["nsenter", "--net=/run/netns/" + self.netns, "--", "unshare", "--uts", "--", "sh", "-c", enter,
+                 "sh", self.name] + ([self.cgroup_dir] if in_cgroup else []) + [str(a) for a in argv])
 
 
 class NetnsHosts:

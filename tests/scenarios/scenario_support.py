@@ -300,6 +300,19 @@ class Report:
         return whole._dump
 
 
+def bpftool_ids(kind, tries=20):
+    """The ids of every BPF `kind` ("prog", "link") loaded now. bpftool
+    walks the ids and then opens each object: one that another test
+    (ctest -j) closes between the two makes the walk fail (exit 255), so a
+    failed walk is taken again; only one that keeps failing is an error."""
+    for attempt in range(tries):
+        done = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True)
+        if done.returncode == 0:
+            return {p["id"] for p in json.loads(done.stdout or "[]")}
+        time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("bpftool %s show failed %d times: %s" % (kind, tries, done.stderr.strip()))
+
+
 def run_hangtrace(pid, *extra, timeout=180):
     """Runs hangtrace on pid. With HANGTRACE_REPORT_DIR set, also keeps each
     report there as <test id>-<pid>-<n>.json (for looking at passing runs)."""

@@ -16,20 +16,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 import unittest
 
-from scenario_support import (BUNDLE_FILES, MEMCG_V1, OPTIONAL_BUNDLE_FILES, SYS_FUTEX, Daemon, ScenarioTestCase, own_match,
-                              parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1, wait_for,
+from scenario_support import (BUNDLE_FILES, MEMCG_V1, OPTIONAL_BUNDLE_FILES, SYS_FUTEX, Daemon, ScenarioTestCase, bpftool_ids,
+                              own_match, parse_marker, read_bundle_meta, requires_bpf_and_torch, requires_memcg_v1, wait_for,
                               wait_until_blocked)
 from fleet_support import MonitoringMixin
-
-
-def bpf_program_ids():
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return {p["id"] for p in json.loads(out or "[]")}
 
 
 def bpf_programs_held_by(pid):
@@ -270,12 +264,12 @@ class DaemonKilledAndRestarted(FleetTestCase):
         self.assertWholeBundle(path)
         loaded = bpf_programs_held_by(first.pid)
         self.assertTrue(loaded, "the daemon has BPF programs loaded")
-        self.assertTrue(loaded <= bpf_program_ids(), (loaded, bpf_program_ids()))
+        self.assertTrue(loaded <= bpftool_ids("prog"), (loaded, bpftool_ids("prog")))
 
         os.killpg(first.pid, signal.SIGKILL)
         first.proc.wait(timeout=30)
         # Every link and map is owned by the daemon's fds: the kernel frees them.
-        wait_for(lambda: not (bpf_program_ids() & loaded), 30, "the killed daemon's BPF programs to go")
+        wait_for(lambda: not (bpftool_ids("prog") & loaded), 30, "the killed daemon's BPF programs to go")
 
         second = self.daemon("--match", own_match("fork_inherited_lock.py"), "--hang-after", "5", "--scan-every", "0.2")
         second.wait_for_job(main)

@@ -42,7 +42,7 @@ import threading
 import time
 import unittest
 
-from scenario_support import (PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload, hangtrace_bin, mounted,
+from scenario_support import (PYTHON, SYS_FUTEX, Daemon, ScenarioTestCase, Workload, bpftool_ids, hangtrace_bin, mounted,
                               parse_marker, repro_path, requires_bpf_and_torch, run_hangtrace_measured,
                               umount_lazy, wait_for, wait_until_blocked)
 
@@ -72,12 +72,6 @@ print("READY pid=%d children=%s" % (os.getpid(), ",".join(map(str, children))), 
 time.sleep(int(sys.argv[1]) / 1e6)
 os._exit(0)
 """
-
-
-def bpftool_ids(kind):
-    """The ids of every BPF `kind` ("prog", "link") loaded now."""
-    out = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True, check=True).stdout
-    return {p["id"] for p in json.loads(out or "[]")}
 
 
 def _lines(path):

@@ -160,6 +160,43 @@ TEST(Analysis, LockInWorkerWhoseOtherThreadsAreStuckIsOrphaned) {
   EXPECT_EQ(f->confidence, Confidence::Probable);
 }
 
+// Four threads of one process queue on a lock whose holder sleeps holding it
+// (lock contention). Read one by one, each can read as waiting on it: the
+// holder's wait was read an instant before it got the lock. A thread that ran
+// after its wait was read (schedstat's run count moved) is not in that wait
+// for good, so nothing is orphaned; if no thread ran again, it is.
+TEST(Analysis, AContendedLockWhoseHolderRanAfterItsWaitWasReadIsNoOrphanedLock) {
+  auto contended = [](bool holder_ran) {
+    SnapshotBuilder b(100);
+    b.proc(100, 1, ProcessRole::Target);
+    for (int tid : {100, 101, 102, 103}) {
+      ThreadInfo& t = b.futex_wait(100, tid, 0x4000, false, sem_bytes(2, 128), std::nullopt, 0.004);
+      t.runs_at_read = t.runs_end = 5000 + static_cast<uint64_t>(tid);
+    }
+    if (holder_ran) b.find(100)->threads[1].runs_end += 3;
+    return b;
+  };
+  Diagnosis stuck = diagnose(contended(false).s);
+  const Finding* f = find_kind(stuck, "orphaned-lock");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->confidence, Confidence::Certain);
+  EXPECT_FALSE(stuck.graph.threads.at(101).woke);
+
+  SnapshotBuilder moving = contended(true);
+  Diagnosis d = diagnose(moving.s);
+  EXPECT_TRUE(d.graph.threads.at(101).woke);
+  EXPECT_FALSE(d.graph.threads.at(102).woke);
+  EXPECT_EQ(find_kind(d, "orphaned-lock"), nullptr);
+  EXPECT_EQ(find_kind(d, "deadlock-cycle"), nullptr);
+  EXPECT_NE(d.verdict.status, "hang") << d.verdict.summary;
+  // Through the snapshot's JSON (a bundle) and back, the same.
+  auto reloaded = snapshot_from_json(snapshot_to_json(moving.s));
+  ASSERT_TRUE(reloaded.ok()) << reloaded.error();
+  Diagnosis again = diagnose(*reloaded);
+  EXPECT_TRUE(again.graph.threads.at(101).woke);
+  EXPECT_EQ(find_kind(again, "orphaned-lock"), nullptr);
+}
+
 TEST(Analysis, TimedLockWaitInSingleThreadIsOnlyProbable) {
   SnapshotBuilder b(100);
   b.proc(100, 1, ProcessRole::Target);

@@ -55,6 +55,7 @@ struct ProgressSample {
   bool ok = false;
   uint64_t cpu_ns = 0;
   uint64_t io_bytes = 0;
+  uint64_t runs = 0;  // times put on a CPU (schedstat)
 };
 
 class Collector {

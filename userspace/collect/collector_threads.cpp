@@ -24,9 +24,13 @@ void Collector::collect_threads(ProcessInfo& p) {
     return;
   }
   for (int tid : *tids) {
+    // Before the state and the syscall: what those say holds only if the
+    // thread did not run again before the last progress sample.
+    auto runs = proc_.thread_schedstat_fields(p.pid, tid);
     auto st = proc_.thread_stat(p.pid, tid, &err);
     if (!st) continue;  // the thread exited
     ThreadInfo t;
+    if (runs) t.runs_at_read = runs->timeslices;
     t.tid = tid;
     t.comm = st->comm;
     t.state = st->state;
@@ -73,11 +77,12 @@ std::vector<int> Collector::waited_fds(const ProcessInfo& p, const ThreadInfo& t
 
 ProgressSample Collector::sample_progress(int pid, int tid) const {
   ProgressSample s;
-  auto cpu = proc_.thread_schedstat(pid, tid);
+  auto cpu = proc_.thread_schedstat_fields(pid, tid);
   auto io = proc_.thread_io(pid, tid);
   if (!cpu || !io) return s;
   s.ok = true;
-  s.cpu_ns = *cpu;
+  s.cpu_ns = cpu->run_ns;
+  s.runs = cpu->timeslices;
   s.io_bytes = io->rchar + io->wchar;
   return s;
 }
@@ -97,6 +102,7 @@ void Collector::take_progress_samples(bool start) {
         }
         t.cpu_ns_end = s.cpu_ns;
         t.io_bytes_end = s.io_bytes;
+        t.runs_end = s.runs;
       }
     }
   }

@@ -257,6 +257,7 @@ json snapshot_to_json(const Snapshot& s) {
                  {"cpu_ns", {t.cpu_ns_start, t.cpu_ns_end}},
                  {"io_bytes", {t.io_bytes_start, t.io_bytes_end}},
                  {"progress_sampled", t.progress_sampled}};
+      if (t.runs_at_read) jt["runs"] = {*t.runs_at_read, t.runs_end};
       if (t.poll)
         jt["poll"] = {{"watched_s", t.poll->watched_s}, {"sleeps", t.poll->sleeps},
                       {"cpu_ns", t.poll->cpu_ns},       {"samples", t.poll->samples},
@@ -493,6 +494,10 @@ Result<Snapshot> snapshot_from_json(const json& j) {
           if (v.size() == 2) t.io_bytes_start = v[0], t.io_bytes_end = v[1];
         }
         get_if(jt, "progress_sampled", t.progress_sampled);
+        if (jt.contains("runs")) {
+          auto v = as<std::vector<uint64_t>>(jt.at("runs"));
+          if (v.size() == 2) t.runs_at_read = v[0], t.runs_end = v[1];
+        }
         if (jt.contains("poll") && jt.at("poll").is_object()) {
           const json& pj = jt.at("poll");
           PollWatch w;

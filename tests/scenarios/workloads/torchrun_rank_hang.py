@@ -38,6 +38,13 @@ class Samples(Dataset):
         return torch.full((16,), float(index))
 
 
+def say(line):
+    # One write(2) per line: print() writes the text and its newline apart,
+    # and the two ranks share torchrun's stdout -- their markers, printed
+    # the same instant, would interleave into one line.
+    os.write(1, (line + "\n").encode())
+
+
 def upload_checkpoint(ack_fd):
     os.read(ack_fd, 1)                 # the acknowledgement that never comes
 
@@ -65,12 +72,12 @@ def main():
         ack_r, ack_w = os.pipe()       # ack_w stays open: read() never sees EOF
         upload = threading.Thread(target=upload_checkpoint, args=(ack_r,), name="ckpt-upload")
         upload.start()
-        print(marker + " state=upload", flush=True)
+        say(marker + " state=upload")
         upload.join()                  # never returns
     grad += next(batches).sum(0)
-    print(marker + " state=all_reduce", flush=True)
+    say(marker + " state=all_reduce")
     dist.all_reduce(grad)              # rank 0: waits for rank 1 forever
-    print("STEP-DONE rank=%d" % rank, flush=True)
+    say("STEP-DONE rank=%d" % rank)
 
 
 if __name__ == "__main__":

@@ -146,6 +146,7 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
   if (t.progress_sampled) {
     uint64_t cpu = t.cpu_ns_end >= t.cpu_ns_start ? t.cpu_ns_end - t.cpu_ns_start : 0;
     w.progressed = cpu > progress_cpu_ns_ || t.io_bytes_end != t.io_bytes_start;
+    w.woke = t.runs_at_read && t.runs_end != *t.runs_at_read;
   }
   const SyscallDesc desc = describe_syscall(t.syscall.nr);
   if (t.syscall.mode == SyscallState::Mode::InSyscall) {

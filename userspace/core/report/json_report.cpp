@@ -102,6 +102,7 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
                     {"timeout_s", w.timeout_s ? json(*w.timeout_s) : json(nullptr)}};
       jt["kernel_stack"] = w.kernel_stack;
       jt["progressed"] = w.progressed;
+      jt["woke"] = w.woke;
     }
     json py = json::array();
     for (const auto& f : t.python_stack)

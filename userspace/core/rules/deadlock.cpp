@@ -14,10 +14,21 @@ namespace hangtrace::rules {
 
 namespace {
 
-// A thread that can move on by itself: running, on a timer, in I/O, or
-// waiting on something ready or outside the snapshot. With `timed_is_live`,
-// a timed wait counts too (it may end by its timeout and do something else);
-// without, only a timed wait that made progress between the samples does.
+// Whether one of the objects `w` waits on (any one ends it) is ready or
+// outside the snapshot; a wait on nothing resolved may end too.
+bool wait_can_end(const WaitGraph& g, const ThreadWait& w) {
+  for (const auto& id : w.objects) {
+    const WaitObject& o = g.objects.at(id);
+    if (o.ready || o.external) return true;
+  }
+  return w.objects.empty();  // a wait we could not resolve: don't guess
+}
+
+// A thread that can move on by itself: running, on a timer, in I/O, woken
+// after its wait was read, or waiting on something ready or outside the
+// snapshot. With `timed_is_live`, a timed wait counts too (it may end by its
+// timeout and do something else); without, only a timed wait that made
+// progress between the samples does.
 bool can_move_on(const WaitGraph& g, const ThreadWait& w, bool timed_is_live) {
   switch (w.activity) {
     case Activity::Running:
@@ -29,14 +40,15 @@ bool can_move_on(const WaitGraph& g, const ThreadWait& w, bool timed_is_live) {
     case Activity::Dead:
       return false;
     case Activity::TimedWait:
+      // A retry loop wakes at each timeout: only CPU or I/O tells it moves.
       if (timed_is_live || w.progressed) return true;
-      [[fallthrough]];
+      return wait_can_end(g, w);
     case Activity::Blocked:
-      for (const auto& id : w.objects) {
-        const WaitObject& o = g.objects.at(id);
-        if (o.ready || o.external) return true;
-      }
-      return w.objects.empty();  // a wait we could not resolve: don't guess
+      // A wait with no timeout ends only when released (or interrupted): a
+      // thread that ran after it was read is not in it for good -- the
+      // wait read may have been one instant of a contended lock.
+      if (w.woke) return true;
+      return wait_can_end(g, w);
   }
   return true;
 }
