@@ -99,9 +99,13 @@ struct WaitObject {
   std::vector<int> holder_pids;                     // processes holding the other end / mapping the lock
   bool ready = false;                               // the kernel says the wait is already satisfied
   bool external = false;                            // released by something outside this host or snapshot
-  bool releasers_certain = false;                   // releasers known exactly (a lock's owner, a peer socket)
-  bool only_self_holders = false;                   // other end held only by the waiters' own process
-  std::optional<int> owner_tid;                     // a lock's owner, when the lock word records it
+  // Input a person types (a terminal, stdin read by a debugger): external,
+  // and whoever holds the other end (the launcher that gave a rank its
+  // stdin pipe) releases nothing.
+  bool released_by_person = false;
+  bool releasers_certain = false;  // releasers known exactly (a lock's owner, a peer socket)
+  bool only_self_holders = false;  // other end held only by the waiters' own process
+  std::optional<int> owner_tid;    // a lock's owner, when the lock word records it
   // The lock word's owner is a TID of a pid namespace (a container's) that
   // no thread sharing the lock has: owner_tid is then that TID as recorded.
   bool owner_unresolved = false;
@@ -140,6 +144,10 @@ struct ThreadWait {
   // Put on a CPU after its wait was read: the wait read was not the one it
   // sits in for good (ThreadInfo::runs_at_read).
   bool woke = false;
+  // The fd of what only a person ends: a terminal it reads, or stdin read
+  // inside an interactive debugger or console (interactive_console).
+  std::optional<int> input_fd;
+  bool input_terminal = false;            // that fd is a terminal
   std::vector<std::string> kernel_stack;  // function names, innermost first
   // A poll: a thread that sleeps, wakes, re-checks and sleeps again (see
   // is_poll): how often it wakes, and how long it was watched. Its objects

@@ -13,16 +13,27 @@
 
 namespace hangtrace {
 
-// What torchrun / torch.distributed launchers put in each rank's environment.
+// What a launcher put in each rank's environment: torchrun, accelerate and
+// DeepSpeed (RANK), Open MPI (OMPI_COMM_WORLD_*), MPICH / Intel MPI's
+// hydra (PMI_*), PMIx, Slurm's srun (SLURM_PROCID).
 struct RankIdentity {
-  std::optional<int> rank;        // RANK
-  std::optional<int> world_size;  // WORLD_SIZE
-  std::optional<int> local_rank;  // LOCAL_RANK
+  std::optional<int> rank;        // RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID
+  std::optional<int> world_size;  // WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS
+  std::optional<int> local_rank;  // LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID
+  // The variable the rank came from ("RANK", "SLURM_PROCID", ...); "" when none.
+  std::string source;
+  // Whether it came from a batch system or MPI rather than from a
+  // torch.distributed launcher: those name every process of a task, the
+  // launcher that starts the ranks too.
+  bool from_scheduler() const { return !source.empty() && source != "RANK"; }
 };
 
 // From the raw bytes of /proc/PID/environ ("KEY=VALUE\0KEY=VALUE\0...").
-// A variable that is missing, empty, negative or not a plain decimal number
-// stays unset: a wrong rank is worse than none.
+// The first family whose rank variable is set wins, in the order above
+// (torchrun's RANK over the Slurm task's SLURM_PROCID it inherited); its
+// size and local rank come from the same family. A variable that is
+// missing, empty, negative or not a plain decimal number stays unset: a
+// wrong rank is worse than none.
 RankIdentity parse_rank_environment(std::string_view environ_bytes);
 
 struct CollectiveCall {
@@ -36,6 +47,10 @@ struct CollectiveCall {
   // c10d::ProcessGroupGloo::AsyncWork::execute (libtorch_cpu.so.1.13.0) in
   // thread 212"; "" otherwise.
   std::string backend_evidence;
+  // Where the program called it: the first Python frame outside torch's own
+  // package, outward from the collective's, as "train.py:32", and its
+  // function ("main"); "" when no such frame was read.
+  std::string caller, caller_function;
 };
 
 // The collective the thread is inside, from its Python frames (a function of
@@ -51,6 +66,21 @@ std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread);
 // thread waits in the generic c10d::Work::wait while gloo runs the
 // collective on a worker thread (ProcessGroupGloo::runLoop), NCCL on the GPU.
 std::optional<CollectiveCall> collective_in_progress(const ProcessInfo& process, const ThreadInfo& thread);
+
+// A thread joining its process group rather than in a collective:
+// init_process_group and its rendezvous handler, the TCPStore's
+// construction (its master waits for every rank to connect), the
+// store-based barrier at its end, an elastic agent's rendezvous.
+struct RendezvousCall {
+  // "TCPStore::waitForWorkers", "connecting to the TCPStore",
+  // "init_process_group's store barrier", "init_process_group", "the elastic
+  // rendezvous (next_rendezvous)".
+  std::string stage;
+  std::string evidence;                 // the frame that shows it ("native: ...", "py: ...")
+  std::string caller, caller_function;  // as CollectiveCall's
+  bool store_master = false;            // in the store master's wait for the ranks to connect
+};
+std::optional<RendezvousCall> rendezvous_in_progress(const ThreadInfo& thread);
 
 // The collective one of the process's threads is in (the main thread's when
 // it is in one, else the first such thread's), and that thread's tid.

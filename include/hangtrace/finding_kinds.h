@@ -27,6 +27,9 @@ const char* severity_name(Severity s);
 
 // X(enumerator, name, default severity, priority, doc line)
 #define HANGTRACE_FINDING_KINDS(X)                                                                           \
+  X(WaitsForInput, "waits-for-input", Critical, 1,                                                           \
+    "a thread of the job reads a terminal, or stdin inside a debugger (pdb, breakpoint()): a person must "   \
+    "act (warning when not a main thread)")                                                                  \
   X(Stopped, "stopped", Critical, 2,                                                                         \
     "a process of the job (or one it waits on) stopped by a signal or a tracer (warning: a few threads "     \
     "alone)")                                                                                                \
@@ -34,6 +37,12 @@ const char* severity_name(Severity s);
     "(live) a process of the job died of a signal or the OOM killer")                                        \
   X(CollectiveWait, "collective-wait", Critical, 4,                                                          \
     "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")      \
+  X(CollectiveMismatch, "collective-mismatch", Critical, 4,                                                  \
+    "every rank is in a collective, but not the same one (a collective inside `if rank == 0:`; warning "     \
+    "while the waits are short)")                                                                            \
+  X(RendezvousWait, "rendezvous-wait", Critical, 4,                                                          \
+    "a rank still joining its process group (init_process_group, the TCPStore, an elastic rendezvous) "      \
+    "past --stall-after: ranks that should have joined have not (warning before)")                           \
   X(IoStuck, "io-stuck", Critical, 5,                                                                        \
     "a read or write stuck inside a filesystem (hung FUSE/NFS/Lustre mount, dead disk) past --stall-after")  \
   X(GpuWait, "gpu-wait", Warning, 6,                                                                         \

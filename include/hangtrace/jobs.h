@@ -104,6 +104,8 @@ Result<DiscoveryResult> discover_training_processes(const procfs::ProcFs& proc,
 struct RankGroup {
   int rank = 0;
   std::optional<int> local_rank, world_size;
+  std::string source;   // the variable that named it (RANK, SLURM_PROCID, ...)
+  std::string backend;  // its process group's ("gloo", "nccl"), from its threads' frames; "" unknown
   int pid = 0;
   std::vector<int> workers;  // its descendants (DataLoader workers, spawn children)
 };
@@ -122,6 +124,9 @@ bool is_launcher(const Snapshot& snap, const ProcessInfo& p);
 // A command line multiprocessing gave a child it started by exec (spawn,
 // forkserver, its resource tracker) rather than by fork.
 bool is_multiprocessing_exec_child(std::string_view cmdline);
+// A launcher of ranks (torchrun, python -m torch.distributed.run,
+// accelerate, deepspeed, mpirun, ...), by its comm or its command line.
+bool is_launcher_command(std::string_view comm, std::string_view cmdline);
 
 // What `pid` is in the job, for a line to the user: "the job's main process",
 // "a DataLoader worker of job 8974", "rank 1 (local rank 1) of job 8970",

@@ -118,6 +118,11 @@ struct WaitMemory {
   bool timeout_absolute = false;  // FUTEX_WAIT_BITSET / clock_nanosleep ABS
 };
 
+// The fds the syscall waits on directly: args[0] of read/write/accept/
+// connect/epoll_wait/flock, the poll/select fds. (Fds watched by an epoll fd
+// are added by the caller, which knows the epoll's fdinfo.)
+std::vector<int> directly_waited_fds(const SyscallState& syscall, const WaitMemory& memory);
+
 struct KernelFrame {
   uint64_t addr = 0;
   std::string symbol;  // "futex_wait_queue+0x5f" (kallsyms), empty if unknown
@@ -319,6 +324,10 @@ struct ProcessInfo {
   // torch.distributed identity from the process's initial environment
   // (RANK, WORLD_SIZE, LOCAL_RANK as torchrun sets them); unset when absent.
   std::optional<int> rank, world_size, local_rank;
+  std::string rank_source;  // the variable the rank came from (RankIdentity::source)
+  // Seconds since it started (its stat start time against CLOCK_BOOTTIME);
+  // unset when unknown (read through another /proc root).
+  std::optional<double> age_s;
   // The job it is a rank of, named the same on every host (job_identity.h:
   // TORCHELASTIC_RUN_ID, or a hash of the rendezvous); "" when none.
   std::string job_id, job_id_source;

@@ -29,6 +29,15 @@ std::vector<UserFrame> merge_user_stack(const std::vector<UserFrame>& native,
 // The merged stack of a thread (merge_user_stack of its native and Python stacks).
 std::vector<UserFrame> merged_user_stack(const ThreadInfo& thread);
 
+// The interactive debugger or console the thread's Python frames are in --
+// "pdb" (pdb, bdb, breakpoint()), "ipdb", "pudb", "code.interact", "an
+// interactive command loop (cmd.Cmd)" -- or "" when none. What such a
+// thread reads from stdin, a person types.
+std::string_view interactive_console(const ThreadInfo& thread);
+
+// A terminal's path: /dev/pts/N, /dev/ttyN, /dev/console.
+bool is_terminal_path(std::string_view path);
+
 // "name (file:line)" for Python, "name" for native ("0x<addr>" when unnamed).
 std::string user_frame_text(const UserFrame& frame);
 

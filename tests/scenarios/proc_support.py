@@ -194,6 +194,37 @@ def kill_pids(pids):
             pass
 
 
+def process_age_s(pid):
+    """Seconds since `pid` started (its stat start time against /proc/uptime),
+    or None once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def connections_accepted_on(port):
+    """How many ESTABLISHED TCP connections of this network namespace have
+    `port` as their local port (/proc/net/tcp and tcp6): the connections a
+    server listening on it accepted."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        count += 1
+        except OSError:
+            continue
+    return count
+
+
 def parse_marker(line):
     """'READY main=1 workers=2,3 port=5' -> {'main': [1], 'workers': [2, 3], 'port': [5]}.
     Everything before the first key=value is ignored."""

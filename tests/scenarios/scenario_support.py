@@ -38,6 +38,8 @@ TIME = "/usr/bin/time"        # GNU time (Debian's `time`): a command's peak RSS
 
 sys.path.insert(0, HERE)
 from proc_support import (  # noqa: F401  (re-exported)
+    connections_accepted_on,
+    process_age_s,
     free_port,
     remove_cgroup,
     _read,
@@ -723,6 +725,41 @@ def start_gloo_ranks(steps=3):
         job.kill()
         raise
     return job, marker
+
+
+def start_rank_job(test, shape, launcher, ranks=(0, 1), tag=""):
+    """workloads/ranks.py SHAPE under `launcher` ("plain": a per-rank
+    launcher with Slurm's variables, "spawn": torch.multiprocessing.spawn,
+    "torchrun"), as a Workload of `test` (a ScenarioTestCase). Waits for the
+    RANK marker of each rank in `ranks` and until their main threads are
+    parked over a second. Returns (job, {rank: marker})."""
+    script = workload("ranks.py")
+    port = str(free_port())
+    if launcher == "torchrun":
+        logs = tempfile.mkdtemp(prefix="hangtrace-ranks-")
+        test.addCleanup(shutil.rmtree, logs, ignore_errors=True)
+        # torch 1.13 on Python 3.11 needs --redirects/--tee (test_torchrun_job.py).
+        argv = [PYTHON, "-u", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", port, "--redirects", "2", "--tee", "2",
+                "--log_dir", logs, script, shape, "--launcher", "torchrun", "--port", "0"]
+    else:
+        argv = [PYTHON, "-u", script, shape, "--launcher", launcher, "--start", ",".join(map(str, ranks)),
+                "--port", port]
+    job = test.start_argv(argv + ([tag] if tag else []))
+    markers = {}
+    for _ in ranks:
+        m = parse_marker(job.wait_for_line("RANK", timeout=180))
+        markers[m["rank"][0]] = m
+    if shape == "never-joins":
+        # Rank 0's store polls for its workers (no settled wait to see): the
+        # marker is its own client's connection, accepted by the store.
+        wait_for(lambda: connections_accepted_on(int(port)) >= 1, 120, "rank 0's store to accept its own client")
+        # And older than the tests' --stall-after (1 s), with a margin.
+        rank0 = markers[min(markers)]["pid"][0]
+        wait_for(lambda: (process_age_s(rank0) or 0) >= 2.0, 30, "rank 0 to be 2 s old")
+    elif shape != "healthy":
+        wait_until_blocked([m["pid"][0] for m in markers.values()], all_threads=False, settle=1.2)
+    return job, markers
 
 
 class GlooJobClass:

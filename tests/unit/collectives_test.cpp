@@ -34,6 +34,39 @@ TEST(RankEnvironment, ReadsTheTorchrunVariables) {
   EXPECT_EQ(id.local_rank, 1);
 }
 
+TEST(RankEnvironment, ReadsWhatSlurmAndMpiLaunchersSet) {
+  auto slurm = parse_rank_environment("SLURM_JOB_ID=77\0SLURM_PROCID=5\0SLURM_NTASKS=8\0SLURM_LOCALID=1\0"s);
+  EXPECT_EQ(slurm.rank, 5);
+  EXPECT_EQ(slurm.world_size, 8);
+  EXPECT_EQ(slurm.local_rank, 1);
+  EXPECT_EQ(slurm.source, "SLURM_PROCID");
+  EXPECT_TRUE(slurm.from_scheduler());
+  auto ompi = parse_rank_environment(
+      "OMPI_COMM_WORLD_RANK=2\0OMPI_COMM_WORLD_SIZE=4\0OMPI_COMM_WORLD_LOCAL_RANK=0\0PMIX_RANK=2\0"s);
+  EXPECT_EQ(ompi.rank, 2);
+  EXPECT_EQ(ompi.world_size, 4);
+  EXPECT_EQ(ompi.local_rank, 0);
+  EXPECT_EQ(ompi.source, "OMPI_COMM_WORLD_RANK");
+  auto hydra = parse_rank_environment("PMI_RANK=3\0PMI_SIZE=16\0MPI_LOCALRANKID=3\0"s);
+  EXPECT_EQ(hydra.rank, 3);
+  EXPECT_EQ(hydra.world_size, 16);
+  EXPECT_EQ(hydra.source, "PMI_RANK");
+  // torchrun under srun: the rank is torchrun's, not the Slurm task's (one
+  // per node), and the sizes are not mixed across families.
+  auto both =
+      parse_rank_environment("SLURM_PROCID=1\0SLURM_NTASKS=2\0RANK=6\0WORLD_SIZE=16\0LOCAL_RANK=2\0"s);
+  EXPECT_EQ(both.rank, 6);
+  EXPECT_EQ(both.world_size, 16);
+  EXPECT_EQ(both.local_rank, 2);
+  EXPECT_EQ(both.source, "RANK");
+  EXPECT_FALSE(both.from_scheduler());
+  // A task's size with a garbage rank is no rank.
+  auto bad = parse_rank_environment("SLURM_PROCID=x1\0SLURM_NTASKS=2\0"s);
+  EXPECT_FALSE(bad.rank);
+  EXPECT_FALSE(bad.world_size);
+  EXPECT_EQ(bad.source, "");
+}
+
 TEST(RankEnvironment, AbsentWhenNotADistributedJob) {
   auto id = parse_rank_environment("PATH=/usr/bin\0HOME=/root\0"s);
   EXPECT_FALSE(id.rank);

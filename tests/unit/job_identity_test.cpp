@@ -36,6 +36,21 @@ TEST(JobIdentity, TorchrunsDefaultRunIdFallsBackToTheRendezvous) {
   EXPECT_EQ(id.id.size(), 5u + 16u);
 }
 
+TEST(JobIdentity, ABatchSystemsJobNamesItOnEveryNode) {
+  // torchrun under srun: torchrun's default run id, Slurm's job and step.
+  JobIdentity slurm = job_identity(env({"TORCHELASTIC_RUN_ID=none", "SLURM_JOB_ID=48213", "SLURM_STEP_ID=2",
+                                        "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"}),
+                                   "train.py");
+  EXPECT_EQ(slurm.source, "slurm");
+  EXPECT_EQ(slurm.id, "slurm-48213.2");
+  EXPECT_EQ(job_identity(env({"SLURM_JOB_ID=48213"}), "train.py").id, "slurm-48213");
+  JobIdentity pmix =
+      job_identity(env({"PMIX_NAMESPACE=prterun-node1-12345@1", "OMPI_COMM_WORLD_RANK=3"}), "train.py");
+  EXPECT_EQ(pmix.source, "pmix");
+  EXPECT_EQ(pmix.id.rfind("pmix-", 0), 0u) << pmix.id;
+  EXPECT_EQ(pmix.id.find('@'), std::string::npos) << "hashed: not a plain id";
+}
+
 TEST(JobIdentity, RanksOfOneRendezvousShareTheIdWhateverTheirLocalRank) {
   auto rank = [](const char* rank_env, const std::string& cmdline) {
     return job_identity(env({"MASTER_ADDR=node-a.cluster", "MASTER_PORT=29500", "WORLD_SIZE=4", rank_env}),

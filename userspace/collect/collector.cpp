@@ -26,6 +26,7 @@
 #include <unordered_set>
 
 #include "collector_pass.h"
+#include "wait_memory.h"
 #include "hangtrace/deadline.h"
 #include "hangtrace/jobs.h"
 #include "hangtrace/collectives.h"
@@ -175,6 +176,11 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
   p.state = st->state;
   p.flags = st->flags;
   p.role = role;
+  if (options_.proc_root == "/proc" && st->start_time_ticks) {
+    static const double ticks_per_s = static_cast<double>(sysconf(_SC_CLK_TCK));
+    const double age = clock_now_s(CLOCK_BOOTTIME) - static_cast<double>(st->start_time_ticks) / ticks_per_s;
+    if (ticks_per_s > 0 && age >= 0) p.age_s = age;
+  }
   const std::optional<int> live_id = live_proc_id(pid, *st);
   const bool exited = !live_id;
   const int id = live_id.value_or(pid);
@@ -199,9 +205,13 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
               "variable after its first {} was not seen",
               pid, format_bytes(procfs::kMaxEnvironBytes), format_bytes(procfs::kMaxEnvironBytes)));
         RankIdentity identity = parse_rank_environment(environ_bytes);
+        // Slurm and MPI name every process of a task: a launcher that
+        // starts the ranks (torchrun under srun) is none of them.
+        if (identity.from_scheduler() && jobs::is_launcher_command(p.comm, p.cmdline)) identity = {};
         p.rank = identity.rank;
         p.world_size = identity.world_size;
         p.local_rank = identity.local_rank;
+        p.rank_source = identity.source;
         JobIdentity job = job_identity(environ_bytes, p.cmdline);
         p.job_id = std::move(job.id);
         p.job_id_source = std::move(job.source);

@@ -21,11 +21,6 @@ struct WaitMemoryRead {
 // be read stay empty.
 WaitMemoryRead read_wait_memory(int pid, const SyscallState& syscall);
 
-// The fds the syscall waits on directly: args[0] of read/write/accept/
-// connect/epoll_wait, the poll/select fds. (Fds watched by an epoll fd are
-// added by the caller, which knows the epoll's fdinfo.)
-std::vector<int> directly_waited_fds(const SyscallState& syscall, const WaitMemory& memory);
-
 // Seconds on `clock_id` now.
 double clock_now_s(int clock_id);
 

@@ -187,20 +187,58 @@ bool is_active_backend_frame(const UserFrame& frame) {
   return native_op(frame) != nullptr;
 }
 
+// The first Python frame outward from `from` that is not torch's own.
+void set_caller(const std::vector<UserFrame>& py, size_t from, std::string& caller, std::string& function) {
+  for (size_t j = from; j < py.size(); ++j) {
+    if (contains(py[j].file, "/torch/") || py[j].file.empty()) continue;
+    caller =
+        py[j].line > 0 ? fmt::format("{}:{}", basename_of(py[j].file), py[j].line) : basename_of(py[j].file);
+    function = py[j].function;
+    return;
+  }
+}
+
+std::string python_evidence(const UserFrame& frame) {
+  std::string where = short_python_path(frame.file);
+  return frame.line > 0 ? fmt::format("py: {} ({}:{})", frame.function, where, frame.line)
+                        : fmt::format("py: {} ({})", frame.function, where);
+}
+
 }  // namespace
 
 RankIdentity parse_rank_environment(std::string_view environ_bytes) {
-  RankIdentity identity;
+  struct Family {
+    std::string_view rank, world_size, local_rank;
+  };
+  static constexpr std::array<Family, 5> kFamilies = {{
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+      {"PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+  }};
+  std::array<RankIdentity, kFamilies.size()> seen;
   for_each_environ(environ_bytes, [&](std::string_view key, std::string_view value) {
-    std::optional<int>* slot = key == "RANK"         ? &identity.rank
-                               : key == "WORLD_SIZE" ? &identity.world_size
-                               : key == "LOCAL_RANK" ? &identity.local_rank
-                                                     : nullptr;
-    // The first entry that is a number: getenv() returns the first, and a
-    // rank that is not a number is none.
-    if (slot && !*slot) *slot = parse_non_negative(value);
+    for (size_t i = 0; i < kFamilies.size(); ++i) {
+      std::optional<int>* slot = key == kFamilies[i].rank         ? &seen[i].rank
+                                 : key == kFamilies[i].world_size ? &seen[i].world_size
+                                 : key == kFamilies[i].local_rank ? &seen[i].local_rank
+                                                                  : nullptr;
+      // The first entry that is a number: getenv() returns the first, and a
+      // rank that is not a number is none.
+      if (slot && !*slot) *slot = parse_non_negative(value);
+    }
   });
-  return identity;
+  for (size_t i = 0; i < kFamilies.size(); ++i)
+    if (seen[i].rank) {
+      seen[i].source = std::string(kFamilies[i].rank);
+      return seen[i];
+    }
+  // A size without a rank (a launcher's own environment): torch's, if any.
+  RankIdentity none;
+  none.world_size = seen[0].world_size;
+  none.local_rank = seen[0].local_rank;
+  return none;
 }
 
 std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread) {
@@ -216,17 +254,63 @@ std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread) {
     }
     if (backend.empty()) backend = op ? std::string(op->backend) : backend_of(frame);
   }
-  for (const auto& frame : thread.python_stack) {
+  const auto& py = thread.python_stack;
+  for (size_t i = 0; i < py.size(); ++i) {
+    const UserFrame& frame = py[i];
     if (!ends_with(frame.file, "distributed_c10d.py") || !is_python_collective(frame.function)) continue;
     std::string op = frame.function == "_store_based_barrier" ? "barrier" : frame.function;
-    std::string where = short_python_path(frame.file);
-    std::string evidence = frame.line > 0 ? fmt::format("py: {} ({}:{})", frame.function, where, frame.line)
-                                          : fmt::format("py: {} ({})", frame.function, where);
-    return CollectiveCall{std::move(op), backend, std::move(evidence)};
+    CollectiveCall call{std::move(op), backend, python_evidence(frame)};
+    // Outward (callers follow), past torch's own wrappers (c10d_logger,
+    // DDP, the Join context).
+    set_caller(py, i + 1, call.caller, call.caller_function);
+    return call;
   }
   if (op_from_native)
     return CollectiveCall{std::string(op_from_native->op), backend, native_evidence(*op_frame)};
   return std::nullopt;
+}
+
+std::optional<RendezvousCall> rendezvous_in_progress(const ThreadInfo& thread) {
+  std::optional<RendezvousCall> out;
+  for (const auto& frame : thread.native_stack) {
+    if (frame.kind != UserFrame::Kind::Native) continue;
+    std::string_view name = without_parameters(frame.function);
+    if (!contains(name, "c10d::")) continue;
+    RendezvousCall r;
+    if (contains(name, "TCPStore::waitForWorkers")) {
+      r.stage = "TCPStore::waitForWorkers";
+      r.store_master = true;
+    } else if (contains(name, "TCPClient::connect") || contains(name, "SocketConnectOp") ||
+               contains(name, "Socket::connect")) {
+      r.stage = "connecting to the TCPStore";
+    } else if (contains(name, "TCPStore::TCPStore")) {
+      r.stage = "TCPStore construction";
+    } else {
+      continue;
+    }
+    r.evidence = native_evidence(frame);
+    out = std::move(r);
+    break;
+  }
+  const auto& py = thread.python_stack;
+  for (size_t i = 0; i < py.size(); ++i) {
+    const UserFrame& f = py[i];
+    std::string stage;
+    if (ends_with(f.file, "distributed_c10d.py") && f.function == "_store_based_barrier")
+      stage = "init_process_group's store barrier";
+    else if (ends_with(f.file, "distributed_c10d.py") && f.function == "init_process_group")
+      stage = "init_process_group";
+    else if (contains(f.file, "torch/distributed/rendezvous.py"))
+      stage = "init_process_group";
+    else if (contains(f.file, "torch/distributed/elastic/rendezvous/"))
+      stage = fmt::format("the elastic rendezvous ({})", f.function);
+    if (stage.empty()) continue;
+    if (!out) out = RendezvousCall{stage, python_evidence(f), "", "", false};
+    set_caller(py, i + 1, out->caller, out->caller_function);
+    return out;
+  }
+  // Native frames alone (a thread without Python frames): no caller.
+  return out;
 }
 
 std::string collective_backend(const ProcessInfo& process, std::string* evidence) {

@@ -311,7 +311,9 @@ MergedReport merge_bundles(const std::vector<LoadedBundle>& bundles) {
       MergedRank r = merged_rank(b, graph, *p, procs.size() == 1);
       if (!r.rank)
         out.warnings.push_back(
-            fmt::format("bundle {}: pid {} names no rank (no RANK in its environment)", b.path, r.pid));
+            fmt::format("bundle {}: pid {} names no rank (no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK "
+                        "or SLURM_PROCID in its environment)",
+                        b.path, r.pid));
       std::string cmd =
           job_cmdline(std::string(trim(r.cmdline.empty() ? b.meta.job_cmdline : r.cmdline, " \t\n")));
       MergedJob& job =

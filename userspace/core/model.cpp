@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "hangtrace/abi.h"
+#include "hangtrace/syscalls.h"
 
 namespace hangtrace {
 
@@ -43,6 +44,28 @@ bool adopt_iterator_syscall(ThreadInfo& t, const KernelTaskView& view, int64_t i
   t.syscall.sp = view.user_sp;
   t.syscall.pc = view.user_ip;
   return true;
+}
+
+std::vector<int> directly_waited_fds(const SyscallState& sc, const WaitMemory& memory) {
+  std::vector<int> fds;
+  if (sc.mode != SyscallState::Mode::InSyscall) return fds;
+  const WaitClass wait = describe_syscall(sc.nr).wait;
+  // A file lock's fd too, though the BPF dispatcher does not track the call.
+  if (wait_class_takes_fd(wait) || wait == WaitClass::FileLock) {
+    fds.push_back(static_cast<int>(sc.args[0]));
+    return fds;
+  }
+  switch (wait) {
+    case WaitClass::Poll:
+    case WaitClass::Select:
+      for (const auto& [fd, events] : memory.poll_fds) {
+        if (fd >= 0) fds.push_back(fd);
+      }
+      break;
+    default:
+      break;
+  }
+  return fds;
 }
 
 }  // namespace hangtrace

@@ -217,6 +217,8 @@ json snapshot_to_json(const Snapshot& s) {
     if (p.rank) jp["rank"] = *p.rank;
     if (p.world_size) jp["world_size"] = *p.world_size;
     if (p.local_rank) jp["local_rank"] = *p.local_rank;
+    if (!p.rank_source.empty()) jp["rank_source"] = p.rank_source;
+    if (p.age_s) jp["age_s"] = *p.age_s;
     if (!p.job_id.empty()) {
       jp["job_id"] = p.job_id;
       jp["job_id_source"] = p.job_id_source;
@@ -439,6 +441,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_opt(jp, "rank", p.rank);
       get_opt(jp, "world_size", p.world_size);
       get_opt(jp, "local_rank", p.local_rank);
+      get_if(jp, "rank_source", p.rank_source);
+      get_opt(jp, "age_s", p.age_s);
       get_if(jp, "job_id", p.job_id);
       get_if(jp, "job_id_source", p.job_id_source);
       get_if(jp, "ns_pids", p.ns_pids);

@@ -77,4 +77,35 @@ std::string frames_text(const std::vector<UserFrame>& frames, size_t limit,
   return out;
 }
 
+namespace {
+
+struct Console {
+  std::string_view file;  // ends the frame's path
+  std::string_view name;
+};
+// In order of preference: pdb reads through cmd.Cmd, and the debugger names it.
+constexpr Console kConsoles[] = {
+    {"/pdb.py", "pdb"},
+    {"/bdb.py", "pdb"},
+    {"/ipdb/__main__.py", "ipdb"},
+    {"/IPython/core/debugger.py", "ipdb"},
+    {"/IPython/terminal/debugger.py", "ipdb"},
+    {"/pudb/debugger.py", "pudb"},
+    {"/code.py", "code.interact"},
+    {"/cmd.py", "an interactive command loop (cmd.Cmd)"},
+};
+
+}  // namespace
+
+std::string_view interactive_console(const ThreadInfo& thread) {
+  for (const auto& c : kConsoles)
+    for (const auto& frame : thread.python_stack)
+      if (frame.file.ends_with(c.file)) return c.name;
+  return "";
+}
+
+bool is_terminal_path(std::string_view path) {
+  return path.starts_with("/dev/pts/") || path.starts_with("/dev/tty") || path == "/dev/console";
+}
+
 }  // namespace hangtrace

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "graph_builder.h"
+#include "hangtrace/stacks.h"
 #include "hangtrace/text.h"
 
 namespace hangtrace {
@@ -199,8 +200,39 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
     w.activity = Activity::Running;
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::InSyscall)
     resolve_wait(p, t, desc, w);
+  mark_person_input(p, t, w);
   if (w.summary.empty()) w.summary = activity_name(w.activity);
   graph_.threads[t.tid] = std::move(w);
+}
+
+void GraphBuilder::mark_person_input(const ProcessInfo& p, const ThreadInfo& t, ThreadWait& w) {
+  if ((w.activity != Activity::Blocked && w.activity != Activity::TimedWait) || w.objects.empty()) return;
+  const std::string_view console = interactive_console(t);
+  const std::vector<int> fds = directly_waited_fds(t.syscall, t.memory);
+  size_t input_fds = 0;
+  for (int fd : fds) {
+    const FdEntry* f = find_fd(p, fd);
+    const bool terminal = f && is_terminal_path(f->link);
+    if (!terminal && !(fd == 0 && !console.empty())) continue;
+    ++input_fds;
+    if (!w.input_fd) {
+      w.input_fd = fd;
+      w.input_terminal = terminal;
+    }
+  }
+  // A wait on input alone (not a poll that also watches a socket): a
+  // person ends it, whatever holds the other end of the pipe it may be.
+  if (!w.input_fd || input_fds != fds.size()) return;
+  const std::string note =
+      console.empty()
+          ? "a terminal: a person types what ends this wait"
+          : fmt::format("read by {} (an interactive debugger): a person types what ends this wait", console);
+  for (const auto& id : w.objects) {
+    WaitObject& o = graph_.objects[id];
+    o.external = true;
+    o.released_by_person = true;
+    if (std::find(o.notes.begin(), o.notes.end(), note) == o.notes.end()) o.notes.push_back(note);
+  }
 }
 
 void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc,
@@ -339,6 +371,10 @@ void GraphBuilder::finish_objects() {
   for (auto& [id, o] : graph_.objects)
     if (o.futex) resolve_futex_releasers(o);
   for (auto& [id, o] : graph_.objects) {
+    if (o.released_by_person) {
+      o.releasers.clear();
+      o.releaser_processes.clear();
+    }
     // A waiter cannot release what it waits on; neither can a dead thread.
     std::set<int> waiters(o.waiters.begin(), o.waiters.end());
     std::map<int, ReleaserProcess> processes;

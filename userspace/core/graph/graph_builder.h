@@ -39,6 +39,9 @@ class GraphBuilder {
   // ---- graph.cpp: threads and the finishing pass ---------------------------
   void classify(const ProcessInfo& p, const ThreadInfo& t);
   void resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const SyscallDesc& desc, ThreadWait& w);
+  // Input only a person ends (ThreadWait::input_fd): its objects are
+  // released from outside, whoever holds their other end.
+  void mark_person_input(const ProcessInfo& p, const ThreadInfo& t, ThreadWait& w);
   void finish_objects();
   // The object of `id`, made with `kind` and `label` (and `name`, the id when
   // empty) the first time it is asked for.

@@ -60,6 +60,23 @@ JobIdentity job_identity(std::string_view environ_bytes, const std::string& cmdl
     out.id = plain_id(*run_id) ? std::string(*run_id) : fmt::format("run-{:016x}", fnv1a(*run_id));
     return out;
   }
+  // A batch system's job (and step: one srun of many in an allocation),
+  // the same on every node of it.
+  const auto slurm_job = environ_value(environ_bytes, "SLURM_JOB_ID");
+  if (slurm_job && !slurm_job->empty() && plain_id(*slurm_job)) {
+    const auto step = environ_value(environ_bytes, "SLURM_STEP_ID");
+    out.source = "slurm";
+    out.id = step && !step->empty() && plain_id(*step) ? fmt::format("slurm-{}.{}", *slurm_job, *step)
+                                                       : fmt::format("slurm-{}", *slurm_job);
+    return out;
+  }
+  // Open MPI and other PMIx launchers: the job's namespace.
+  const auto pmix = environ_value(environ_bytes, "PMIX_NAMESPACE");
+  if (pmix && !pmix->empty()) {
+    out.source = "pmix";
+    out.id = plain_id(*pmix) ? fmt::format("pmix-{}", *pmix) : fmt::format("pmix-{:016x}", fnv1a(*pmix));
+    return out;
+  }
   const auto addr = environ_value(environ_bytes, "MASTER_ADDR");
   const auto port = environ_value(environ_bytes, "MASTER_PORT");
   if (!addr || !port || addr->empty() || port->empty()) return out;

@@ -150,6 +150,10 @@ bool is_multiprocessing_exec_child(std::string_view cmdline) {
   return false;
 }
 
+bool is_launcher_command(std::string_view comm, std::string_view cmdline) {
+  return in(comm, kLauncherComms) || in(program_of(cmdline), kLauncherPrograms);
+}
+
 std::string program_of(std::string_view cmdline) {
   std::vector<std::string_view> words;
   for (size_t i = 0; i < cmdline.size() && words.size() < 16;) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "hangtrace/collectives.h"
 #include "hangtrace/jobs.h"
 
 namespace hangtrace::jobs {
@@ -62,6 +63,8 @@ JobShape job_shape(const Snapshot& snap) {
     g.rank = *p.rank;
     g.local_rank = p.local_rank;
     g.world_size = p.world_size;
+    g.source = p.rank_source;
+    g.backend = collective_backend(p);
     g.pid = p.pid;
     by_rank_pid.emplace(p.pid, std::move(g));
   }

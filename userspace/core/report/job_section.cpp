@@ -51,6 +51,8 @@ json job_json(const Snapshot& snap) {
     ranks.push_back({{"rank", r.rank},
                      {"local_rank", r.local_rank ? json(*r.local_rank) : json(nullptr)},
                      {"world_size", r.world_size ? json(*r.world_size) : json(nullptr)},
+                     {"source", r.source.empty() ? json(nullptr) : json(r.source)},
+                     {"backend", r.backend.empty() ? json(nullptr) : json(r.backend)},
                      {"pid", r.pid},
                      {"workers", r.workers}});
   json given = json::array();
@@ -83,9 +85,13 @@ void render_job(const Snapshot& snap, const LineSink& line) {
   line(head);
   for (const auto& r : shape.ranks) {
     std::string local = r.local_rank ? fmt::format(" local {}", *r.local_rank) : "";
-    line(fmt::format("  rank {}{}  pid {}  {}", r.rank, local, r.pid,
-                     r.workers.empty() ? std::string("no workers")
-                                       : fmt::format("workers {}", fmt::join(r.workers, " "))));
+    std::string how;  // what named it, when not torchrun's RANK; its backend
+    if (!r.source.empty() && r.source != "RANK") how = r.source;
+    if (!r.backend.empty()) how += (how.empty() ? "" : ", ") + r.backend;
+    line(fmt::format(
+        "  rank {}{}  pid {}  {}{}", r.rank, local, r.pid,
+        r.workers.empty() ? std::string("no workers") : fmt::format("workers {}", fmt::join(r.workers, " ")),
+        how.empty() ? "" : fmt::format("  ({})", how)));
   }
   for (int pid : others) line(fmt::format("  pid {} is {}", pid, jobs::member_role(snap, pid)));
   if (!inside.empty()) {

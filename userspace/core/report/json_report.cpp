@@ -134,6 +134,7 @@ nlohmann::json process_json(const ProcessInfo& p, const Diagnosis& d) {
   if (p.rank) out["rank"] = *p.rank;
   if (p.world_size) out["world_size"] = *p.world_size;
   if (p.local_rank) out["local_rank"] = *p.local_rank;
+  if (!p.rank_source.empty()) out["rank_source"] = p.rank_source;
   if (!p.job_id.empty()) {
     out["job_id"] = p.job_id;
     out["job_id_source"] = p.job_id_source;
@@ -162,6 +163,7 @@ nlohmann::json object_json(const std::string& id, const WaitObject& o) {
           {"holder_pids", o.holder_pids},
           {"ready", o.ready},
           {"external", o.external},
+          {"released_by_person", o.released_by_person},
           {"owner_tid", o.owner_tid ? json(*o.owner_tid) : json(nullptr)},
           {"notes", o.notes}};
 }

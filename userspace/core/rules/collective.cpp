@@ -102,6 +102,11 @@ std::map<int, RankView> rank_views(const RuleContext& ctx) {
     if (p.role == ProcessRole::Peer) continue;
     RankView& v = views[p.pid];
     v.process = &p;
+    // A rank still joining its process group is in no collective yet
+    // (init_process_group's store barrier included): rendezvous-wait's.
+    if (std::any_of(p.threads.begin(), p.threads.end(),
+                    [](const ThreadInfo& t) { return rendezvous_in_progress(t).has_value(); }))
+      continue;
     if (auto c = process_collective(p)) {
       v.call = c->call;
       v.tid = c->tid;
@@ -216,6 +221,78 @@ std::optional<Finding> remote_ranks_finding(const RuleContext& ctx,
   return f;
 }
 
+std::string call_text(const CollectiveCall& call) {
+  return call.caller.empty() ? call.op : fmt::format("{} at {}", call.op, call.caller);
+}
+
+// Every rank of the job this host runs is in a collective, but not in the
+// same one: rank 0 in barrier() while rank 1 is in all_reduce() (a
+// collective inside `if rank == 0:`). Each waits for the others to join its
+// own, and none ever will. Critical once the waits reach --stall-after.
+std::optional<Finding> mismatch_finding(const RuleContext& ctx, const std::vector<const RankView*>& waiting) {
+  std::map<std::string, std::vector<const RankView*>> by_op;
+  for (const RankView* w : waiting) by_op[w->call->op].push_back(w);
+  if (by_op.size() < 2) return std::nullopt;
+  Finding f(FindingKind::CollectiveMismatch);
+  double waited = 0;
+  bool all_blocked_long = true;
+  nlohmann::json ranks = nlohmann::json::array();
+  std::vector<std::string> parts;
+  for (const RankView* w : waiting) {
+    const ProcessInfo& p = *w->process;
+    f.pids.push_back(p.pid);
+    f.tids.push_back(w->tid);
+    std::optional<double> blocked;
+    if (const ThreadWait* tw = ctx.wait_of(w->tid)) blocked = tw->blocked_s;
+    if (blocked) waited = std::max(waited, *blocked);
+    if (!blocked || *blocked < ctx.opt.stall_after_s) all_blocked_long = false;
+    parts.push_back(fmt::format("{} in {}", rank_text(p), call_text(*w->call)));
+    nlohmann::json j = {
+        {"pid", p.pid},
+        {"tid", w->tid},
+        {"rank", p.rank ? nlohmann::json(*p.rank) : nlohmann::json(nullptr)},
+        {"collective", w->call->op},
+        {"caller", w->call->caller.empty() ? nlohmann::json(nullptr) : nlohmann::json(w->call->caller)},
+        {"caller_function", w->call->caller_function},
+        {"evidence", w->call->evidence}};
+    if (blocked) j["blocked_s"] = *blocked;
+    ranks.push_back(j);
+    f.evidence.push_back(
+        fmt::format("{} is in {}: {}", ctx.thread_label(w->tid), w->call->op, w->call->evidence));
+  }
+  const RankView& first = *waiting.front();
+  const RankView* other = nullptr;
+  for (const RankView* w : waiting)
+    if (w->call->op != first.call->op) {
+      other = w;
+      break;
+    }
+  std::vector<std::string> ops;
+  for (const auto& [op, views] : by_op) ops.push_back(op);
+  f.summary =
+      fmt::format("the ranks are in different collectives: {}; each waits for the others to join its own",
+                  fmt::join(parts, ", "));
+  f.chain.push_back({ctx.thread_label(first.tid), "waits in", call_text(*first.call)});
+  f.chain.push_back({first.call->op, "needs",
+                     fmt::format("{} to call {} too", rank_text(*other->process), first.call->op)});
+  f.chain.push_back({rank_text(*other->process), "is instead in", call_text(*other->call)});
+  f.chain_tids = {first.tid};
+  f.severity = all_blocked_long ? Severity::Critical : Severity::Warning;
+  const bool ranks_known =
+      std::all_of(waiting.begin(), waiting.end(), [](auto* w) { return w->process->rank; });
+  f.confidence = ranks_known && all_blocked_long ? Confidence::Certain : Confidence::Probable;
+  f.details = {{"collectives", ops}, {"ranks", ranks}, {"waited_s", waited}};
+  f.advice = {
+      fmt::format(
+          "A collective inside a rank-dependent branch: {}. Every rank must call the same collectives "
+          "in the same order: move it out of the `if rank == ...` branch (or make every rank call it).",
+          fmt::join(parts, ", ")),
+      "Set TORCH_DISTRIBUTED_DEBUG=DETAIL while you fix it: torch then checks that the ranks' collectives "
+      "match and names the mismatch instead of hanging; give init_process_group a timeout so a hang fails.",
+  };
+  return f;
+}
+
 }  // namespace
 
 std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
@@ -245,6 +322,11 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
     }
     if (waiting.empty()) continue;
     if (absent.empty()) {
+      if (auto f = mismatch_finding(ctx, waiting)) {
+        for (const RankView* w : waiting) reported.insert(w->process->pid);
+        out.push_back(std::move(*f));
+        continue;
+      }
       if (auto f = remote_ranks_finding(ctx, waiting)) {
         for (const RankView* w : waiting) reported.insert(w->process->pid);
         out.push_back(std::move(*f));
@@ -257,6 +339,8 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
     double waited = 0;
     nlohmann::json waiting_json = nlohmann::json::array(), absent_json = nlohmann::json::array();
     std::vector<std::string> waiting_names, absent_names;
+    std::vector<int> absent_tids;
+    bool blocked_unknown = false;  // no BPF view: how long is not known
     for (const RankView* w : waiting) {
       reported.insert(w->process->pid);
       f.pids.push_back(w->process->pid);
@@ -265,6 +349,7 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
       if (auto it = ctx.graph.threads.find(w->tid); it != ctx.graph.threads.end())
         blocked = it->second.blocked_s;
       if (blocked) waited = std::max(waited, *blocked);
+      blocked_unknown = blocked_unknown || !blocked;
       nlohmann::json j = {{"pid", w->process->pid}, {"tid", w->tid}, {"evidence", w->call->evidence}};
       if (!w->call->backend_evidence.empty()) j["backend_evidence"] = w->call->backend_evidence;
       j["rank"] = w->process->rank ? nlohmann::json(*w->process->rank) : nlohmann::json(nullptr);
@@ -290,7 +375,9 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
       absent_json.push_back(j);
       absent_names.push_back(rank_text(*a->process));
       f.evidence.push_back(fmt::format("{} is not in any collective: {}", rank_text(*a->process), doing));
-      f.tids.push_back(a->process->pid);
+      // What it waits on is its own finding's (a debugger, a lock, a dead
+      // pipe): named on the chain, not one of this finding's threads.
+      absent_tids.push_back(a->process->pid);
       for (const auto& t : a->process->threads) f.waits_for_tids.push_back(t.tid);
     }
     std::string backend = call.backend.empty() ? "" : fmt::format(" ({})", call.backend);
@@ -303,7 +390,8 @@ std::vector<Finding> collective_wait_findings(const RuleContext& ctx) {
     f.chain.push_back({call.op, "needs", fmt::format("{}", fmt::join(absent_names, ", "))});
     f.chain.push_back({absent_names.front(), "is instead", doing_text(ctx, *absent.front()->process)});
     f.chain_tids = {first.tid};
-    f.severity = waited >= ctx.opt.stall_after_s || waited == 0 ? Severity::Critical : Severity::Warning;
+    f.chain_tids.insert(f.chain_tids.end(), absent_tids.begin(), absent_tids.end());
+    f.severity = waited >= ctx.opt.stall_after_s || blocked_unknown ? Severity::Critical : Severity::Warning;
     // Ranks named by their environment and the absent one seen outside any
     // collective: certain. Ranks inferred from sockets: probable.
     bool ranks_known = std::all_of(absent.begin(), absent.end(), [](auto* a) { return a->process->rank; });

@@ -11,6 +11,7 @@ using Rule = std::vector<Finding> (*)(const rules::RuleContext&);
 // The host rules, in the order their findings are made: findings of equal
 // severity, confidence and priority are reported in this order.
 constexpr Rule kHostRules[] = {
+    rules::person_input_findings,    // waits-for-input
     rules::stopped_findings,         // stopped
     rules::gil_held_findings,        // gil-held
     rules::pool_self_wait_findings,  // pool-self-wait
@@ -34,7 +35,8 @@ constexpr Rule kFloorRules[] = {
 // The rules that pair the GPU side with the host: they point into the host
 // findings, and see those, not each other's.
 constexpr Rule kDeviceRules[] = {
-    rules::collective_wait_findings,  // collective-wait
+    rules::rendezvous_findings,       // rendezvous-wait
+    rules::collective_wait_findings,  // collective-wait, collective-mismatch
     rules::gpu_findings,              // gpu-wait, gpu-starved
 };
 

@@ -67,8 +67,15 @@ std::vector<Finding> memory_growth_findings(const RuleContext& ctx);
 std::vector<Finding> slow_job_findings(const RuleContext& ctx);
 bool is_slow_job_kind(FindingKind k);
 
-// collective.cpp: collective-wait. gpu.cpp: gpu-wait, gpu-starved. Both
-// point into the host findings already in `ctx.findings`.
+// person.cpp: waits-for-input (a thread reading a terminal, or stdin inside
+// a debugger: a person must act).
+std::vector<Finding> person_input_findings(const RuleContext& ctx);
+
+// rendezvous.cpp: rendezvous-wait (a rank still joining its process group).
+std::vector<Finding> rendezvous_findings(const RuleContext& ctx);
+
+// collective.cpp: collective-wait, collective-mismatch. gpu.cpp: gpu-wait,
+// gpu-starved. Both point into the host findings already in `ctx.findings`.
 std::vector<Finding> collective_wait_findings(const RuleContext& ctx);
 std::vector<Finding> gpu_findings(const RuleContext& ctx);
 

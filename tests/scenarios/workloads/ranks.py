@@ -1,0 +1,114 @@
+"""Two-rank gloo jobs on CPU that stop in the shapes of issue 36, under three
+launchers.
+
+  ranks.py SHAPE --port PORT --launcher plain [--start 0,1]
+      A per-rank launcher, as srun is: starts each rank in --start as its
+      child with SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, MASTER_ADDR and
+      MASTER_PORT in its environment (no RANK), stdin a pipe it never writes,
+      then waits for them.
+  ranks.py SHAPE --port PORT --launcher spawn
+      torch.multiprocessing.spawn(nprocs=2): no rank in any environment; the
+      rank is the spawn index.
+  python -m torch.distributed.run ... ranks.py SHAPE --launcher torchrun
+      One rank under torchrun (RANK, WORLD_SIZE, LOCAL_RANK).
+
+Shapes (world size 2):
+  never-joins  only the ranks in --start run (0): rank 0 waits in
+               init_process_group for a rank 1 that never starts.
+  pdb          after one all_reduce rank 0 stops in pdb.set_trace(), reading
+               stdin (a pipe nobody writes); rank 1 waits in the next
+               all_reduce.
+  mismatch     after one all_reduce, `if rank == 0: barrier() else:
+               all_reduce()`: each waits in its own collective.
+  healthy      all_reduce every 20 ms, for --seconds.
+
+Each rank writes "RANK rank=<r> pid=<pid> ppid=<ppid> state=<state>" in one
+write(2) (the ranks share stdout) right before it blocks: state "joining"
+before init_process_group, "stopped" for the others; "STEPPING" lines for
+healthy. gloo's timeout is 10 minutes: nothing ends during a test.
+"""
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+WORLD = 2
+
+
+def say(line):
+    os.write(1, (line + "\n").encode())
+
+
+def marker(rank, state):
+    say("RANK rank=%d pid=%d ppid=%d state=%s" % (rank, os.getpid(), os.getppid(), state))
+
+
+def run_rank(rank, shape, seconds):
+    import torch
+    import torch.distributed as dist
+
+    if shape == "never-joins":
+        marker(rank, "joining")
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(minutes=10))
+    grad = torch.ones(16)
+    dist.all_reduce(grad)
+    if shape == "healthy":
+        end = time.monotonic() + seconds
+        step = 0
+        while time.monotonic() < end:
+            dist.all_reduce(grad)
+            step += 1
+            if step == 5:
+                marker(rank, "stepping")
+            time.sleep(0.02)
+        dist.barrier()
+        return
+    marker(rank, "stopped")
+    if shape == "pdb" and rank == 0:
+        import pdb
+        pdb.set_trace()               # a breakpoint left in: reads stdin
+    if shape == "mismatch" and rank == 0:
+        dist.barrier()                # the others are in all_reduce
+    else:
+        dist.all_reduce(grad)
+
+
+def spawned(index, shape, seconds):
+    run_rank(index, shape, seconds)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shape", choices=["never-joins", "pdb", "mismatch", "healthy"])
+    parser.add_argument("--launcher", choices=["plain", "spawn", "torchrun", "rank"], default="plain")
+    parser.add_argument("--start", default="0,1", help="plain: the ranks started")
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--port", type=int, required=True, help="plain, spawn: the rendezvous port (free)")
+    args, tag = parser.parse_known_args()   # extra words: a tag for pgrep -f
+
+    if args.launcher == "torchrun":
+        run_rank(int(os.environ["RANK"]), args.shape, args.seconds)
+    elif args.launcher == "rank":        # a child of the plain launcher
+        run_rank(int(os.environ["SLURM_PROCID"]), args.shape, args.seconds)
+    elif args.launcher == "spawn":
+        import torch.multiprocessing as mp
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+        mp.spawn(spawned, args=(args.shape, args.seconds), nprocs=WORLD)
+    else:
+        port = str(args.port)
+        ranks = []
+        for rank in (int(r) for r in args.start.split(",")):
+            env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_NTASKS=str(WORLD), SLURM_LOCALID=str(rank),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
+            ranks.append(subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), args.shape,
+                                           "--launcher", "rank", "--seconds", str(args.seconds), "--port", port] + tag,
+                                          env=env, stdin=subprocess.PIPE))
+        for proc in ranks:
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
