@@ -34,7 +34,8 @@ const char* severity_name(Severity s);
     "a process of the job (or one it waits on) stopped by a signal or a tracer (warning: a few threads "     \
     "alone)")                                                                                                \
   X(ProcessKilled, "process-killed", Critical, 3,                                                            \
-    "(live) a process of the job died of a signal or the OOM killer")                                        \
+    "a process of the job died of a signal or the OOM killer (live), or before hangtrace attached (kernel "  \
+    "log)")                                                                                                  \
   X(CollectiveWait, "collective-wait", Critical, 4,                                                          \
     "a rank inside a collective while a peer rank of the job is not (warning while the wait is short)")      \
   X(CollectiveMismatch, "collective-mismatch", Critical, 4,                                                  \

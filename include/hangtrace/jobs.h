@@ -153,4 +153,8 @@ ContainerIdentity container_from_cgroup(std::string_view cgroup_text);
 std::string frozen_cgroup_of(const std::string& cgroup_text,
                              const std::string& cgroup_root = "/sys/fs/cgroup");
 
+// A process's memory cgroup from its /proc/PID/cgroup text: the v1 memory
+// controller's path, else the v2 one ("0::/path"); "" when neither.
+std::string memory_cgroup_of(std::string_view cgroup_text);
+
 }  // namespace hangtrace::jobs

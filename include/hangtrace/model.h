@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "hangtrace/kernel_log.h"
+
 namespace hangtrace {
 
 enum class FdKind {
@@ -340,6 +342,9 @@ struct ProcessInfo {
   // FROZEN/FREEZING, "/path" for v2's "frozen 1"); "" when it is not frozen.
   // Frozen threads show state D (v1) or S (v2), yet run nothing until thawed.
   std::string frozen_cgroup;
+  // Its memory cgroup: v1's memory controller path, else the v2 path ("/job");
+  // "" when unknown. What an OOM kill in the kernel log names (task_memcg).
+  std::string memory_cgroup;
   // Its resolv.conf (the job's processes only; unset when not read).
   std::optional<ResolverConfig> resolver;
   const ThreadInfo* thread(int tid) const;  // nullptr if not one of its threads
@@ -408,6 +413,11 @@ struct Snapshot {
   std::vector<FileLock> file_locks;
   // What the collector could not see, one line each ("no BPF: ...").
   std::vector<std::string> limitations;
+  // The kernel log's deaths and stalls (/dev/kmsg, read at the snapshot),
+  // oldest first, and CLOCK_MONOTONIC when it was read: how long ago each
+  // was (its ts_us is on the kernel's clock since boot). 0: not read.
+  std::vector<KernelLogEvent> kernel_events;
+  double kernel_log_read_at_s = 0;
 
   const ProcessInfo* process(int pid) const;
   const SocketInfo* socket(uint64_t inode) const;

@@ -727,12 +727,13 @@ def start_gloo_ranks(steps=3):
     return job, marker
 
 
-def start_rank_job(test, shape, launcher, ranks=(0, 1), tag=""):
+def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=()):
     """workloads/ranks.py SHAPE under `launcher` ("plain": a per-rank
     launcher with Slurm's variables, "spawn": torch.multiprocessing.spawn,
-    "torchrun"), as a Workload of `test` (a ScenarioTestCase). Waits for the
-    RANK marker of each rank in `ranks` and until their main threads are
-    parked over a second. Returns (job, {rank: marker})."""
+    "torchrun"), as a Workload of `test` (a ScenarioTestCase), its command
+    after `prefix` (a wrapper that execs it). Waits for the RANK marker of
+    each rank in `ranks` and until their main threads are parked over a
+    second (oom: the test waits for the kill). Returns (job, {rank: marker})."""
     script = workload("ranks.py")
     port = str(free_port())
     if launcher == "torchrun":
@@ -745,7 +746,7 @@ def start_rank_job(test, shape, launcher, ranks=(0, 1), tag=""):
     else:
         argv = [PYTHON, "-u", script, shape, "--launcher", launcher, "--start", ",".join(map(str, ranks)),
                 "--port", port]
-    job = test.start_argv(argv + ([tag] if tag else []))
+    job = test.start_argv(list(prefix) + argv + ([tag] if tag else []))
     markers = {}
     for _ in ranks:
         m = parse_marker(job.wait_for_line("RANK", timeout=180))
@@ -757,7 +758,7 @@ def start_rank_job(test, shape, launcher, ranks=(0, 1), tag=""):
         # And older than the tests' --stall-after (1 s), with a margin.
         rank0 = markers[min(markers)]["pid"][0]
         wait_for(lambda: (process_age_s(rank0) or 0) >= 2.0, 30, "rank 0 to be 2 s old")
-    elif shape != "healthy":
+    elif shape not in ("healthy", "oom"):
         wait_until_blocked([m["pid"][0] for m in markers.values()], all_threads=False, settle=1.2)
     return job, markers
 

@@ -173,6 +173,7 @@ TEST(GilHeldRule, AWaiterProcSawRunningAndTheIteratorAsleepIsAWaiter) {
   caught.syscall = SyscallState{};
   caught.syscall.mode = SyscallState::Mode::Running;
   caught.memory = WaitMemory{};
+  caught.cpu_ns_end = 50'000'000;  // it ran between the samples: it may be running, for all /proc says
   const Diagnosis before = diagnose(b.s);
   EXPECT_EQ(of_kind(before, FindingKind::GilHeld).front()->tids, (std::vector<int>{202, 200}));
 
@@ -181,6 +182,40 @@ TEST(GilHeldRule, AWaiterProcSawRunningAndTheIteratorAsleepIsAWaiter) {
   ASSERT_TRUE(adopt_iterator_syscall(caught, iterator, in_futex.nr, in_futex.args));
   EXPECT_EQ(caught.state, 'S');
   expect_both_waiters_of_the_holder(b.s);
+}
+
+// Under load a waiter whose timed wait ran out waits in the run queue: /proc
+// reads it R, in no syscall, and the iterator too found it runnable. With no
+// CPU used over the window and the holder blocked in a syscall, it can run
+// neither Python nor C code: it waits for the GIL.
+TEST(GilHeldRule, AWaiterQueuedForACpuUsingNoCpuIsAWaiter) {
+  SnapshotBuilder b = gil_held(30.0);
+  ThreadInfo& queued = b.find(200)->threads[1];  // 201
+  queued.state = 'R';
+  queued.syscall = SyscallState{};
+  queued.syscall.mode = SyscallState::Mode::Running;
+  queued.memory = WaitMemory{};
+  expect_both_waiters_of_the_holder(b.s);
+  EXPECT_EQ(diagnose(b.s).graph.threads.at(201).activity, Activity::Blocked);
+  // One that used CPU may be computing without the GIL: running.
+  queued.cpu_ns_end = 50'000'000;
+  EXPECT_EQ(diagnose(b.s).graph.threads.at(201).activity, Activity::Running);
+}
+
+// GIL waiters wake every switch interval by design: having run after their
+// wait was read does not make them able to move on.
+TEST(GilHeldRule, WaitersWokenByTheirIntervalStillCannotMoveOn) {
+  SnapshotBuilder b = gil_held(2, false);
+  for (auto& t : b.find(200)->threads)
+    if (!t.holds_gil) {
+      t.runs_at_read = 100;
+      t.runs_end = 140;
+    }
+  Diagnosis d = diagnose(b.s);
+  auto found = of_kind(d, FindingKind::GilHeld);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found.front()->confidence, Confidence::Certain);
+  EXPECT_TRUE(d.graph.threads.at(200).woke);
 }
 
 // /proc's reading stands when the iterator saw nothing else: the thread on a

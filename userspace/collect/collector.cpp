@@ -26,6 +26,7 @@
 #include <unordered_set>
 
 #include "collector_pass.h"
+#include "kernel_log_reader.h"
 #include "wait_memory.h"
 #include "hangtrace/deadline.h"
 #include "hangtrace/jobs.h"
@@ -226,6 +227,7 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     p.container_id = std::move(c.id);
     p.pod_uid = std::move(c.pod_uid);
     p.frozen_cgroup = jobs::frozen_cgroup_of(*cgroup);
+    p.memory_cgroup = jobs::memory_cgroup_of(*cgroup);
   }
   if (auto ns = proc_.namespace_inode(id, "net")) p.netns = *ns;
   if (auto ns = proc_.namespace_inode(id, "mnt")) p.mntns = *ns;
@@ -319,6 +321,12 @@ Result<Snapshot> Collector::run() {
   }
   collect_shm();
   assemble_sockets();
+  if (options_.read_kernel_log && options_.proc_root == "/proc") {
+    KernelLogRead log = read_kernel_log();
+    snap_.kernel_events = kernel_log_events(log.records);
+    snap_.kernel_log_read_at_s = clock_now_s(CLOCK_MONOTONIC);
+    if (!log.error.empty()) limitation("deaths before hangtrace attached not known: " + log.error);
+  }
 
   // Only the rest of the window is slept: the work above counts toward it.
   double elapsed = monotonic_s() - progress_start_s_;

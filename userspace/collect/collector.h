@@ -24,6 +24,9 @@ struct CollectOptions {
   // false: locate CPython's _PyRuntime by scanning its data, as if the
   // interpreter had no symbols (tests exercise that path with it).
   bool python_symbols = true;
+  // Read the kernel log (/dev/kmsg, without blocking) for deaths before
+  // hangtrace attached: OOM kills, segfaults, Xid errors (kernel_log.h).
+  bool read_kernel_log = true;
   // Unwinding state and symbols kept across captures; null: the one shared
   // by this whole process (process_native_stack_cache()).
   NativeStackCache* native_cache = nullptr;

@@ -198,6 +198,22 @@ json snapshot_to_json(const Snapshot& s) {
   j["root_parent"] = s.root_parent;
   j["local_addresses"] = s.local_addresses;
   j["limitations"] = s.limitations;
+  if (s.kernel_log_read_at_s > 0) {
+    json events = json::array();
+    for (const auto& e : s.kernel_events) {
+      json je = {{"kind", kernel_log_event_name(e.kind)},
+                 {"ts_us", e.ts_us},
+                 {"pid", e.pid},
+                 {"comm", e.comm},
+                 {"message", e.message}};
+      if (!e.memcg.empty()) je["memcg"] = e.memcg;
+      if (!e.oom_memcg.empty()) je["oom_memcg"] = e.oom_memcg;
+      if (e.limit_bytes) je["limit_bytes"] = *e.limit_bytes;
+      if (e.xid) je["xid"] = e.xid;
+      events.push_back(std::move(je));
+    }
+    j["kernel_log"] = {{"read_at_s", s.kernel_log_read_at_s}, {"events", std::move(events)}};
+  }
   json procs = json::array();
   for (const auto& p : s.processes) {
     json jp = {{"pid", p.pid},
@@ -229,6 +245,7 @@ json snapshot_to_json(const Snapshot& s) {
     if (!p.container_id.empty() || !p.pod_uid.empty())
       jp["container"] = {{"runtime", p.container_runtime}, {"id", p.container_id}, {"pod_uid", p.pod_uid}};
     if (!p.frozen_cgroup.empty()) jp["frozen_cgroup"] = p.frozen_cgroup;
+    if (!p.memory_cgroup.empty()) jp["memory_cgroup"] = p.memory_cgroup;
     if (p.resolver)
       jp["resolver"] = {{"nameservers", p.resolver->nameservers},
                         {"timeout_s", nullable(p.resolver->timeout_s)},
@@ -421,6 +438,35 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     get_if(j, "root_parent", s.root_parent);
     get_if(j, "local_addresses", s.local_addresses);
     get_if(j, "limitations", s.limitations);
+    if (j.contains("kernel_log") && j.at("kernel_log").is_object()) {
+      const json& kl = j.at("kernel_log");
+      get_if(kl, "read_at_s", s.kernel_log_read_at_s);
+      if (kl.contains("events") && kl.at("events").is_array())
+        for (const auto& je : kl.at("events")) {
+          if (s.kernel_events.size() >= kMaxKernelLogEvents) break;
+          KernelLogEvent e;
+          std::string kind;
+          get_if(je, "kind", kind);
+          bool known = false;
+          for (auto k : {KernelLogEvent::Kind::OomKill, KernelLogEvent::Kind::Segfault,
+                         KernelLogEvent::Kind::Trap, KernelLogEvent::Kind::HungTask,
+                         KernelLogEvent::Kind::MemoryFailure, KernelLogEvent::Kind::GpuXid})
+            if (kind == kernel_log_event_name(k)) {
+              e.kind = k;
+              known = true;
+            }
+          if (!known) continue;
+          get_if(je, "ts_us", e.ts_us);
+          get_if(je, "pid", e.pid);
+          get_if(je, "comm", e.comm);
+          get_if(je, "message", e.message);
+          get_if(je, "memcg", e.memcg);
+          get_if(je, "oom_memcg", e.oom_memcg);
+          get_opt(je, "limit_bytes", e.limit_bytes);
+          get_if(je, "xid", e.xid);
+          s.kernel_events.push_back(std::move(e));
+        }
+    }
     for (const auto& jp : j.at("processes")) {
       ProcessInfo p;
       p.pid = as<int>(jp.at("pid"));
@@ -447,6 +493,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jp, "job_id_source", p.job_id_source);
       get_if(jp, "ns_pids", p.ns_pids);
       get_if(jp, "frozen_cgroup", p.frozen_cgroup);
+      get_if(jp, "memory_cgroup", p.memory_cgroup);
       if (jp.contains("container") && jp.at("container").is_object()) {
         const json& c = jp.at("container");
         get_if(c, "runtime", p.container_runtime);

@@ -21,11 +21,16 @@ Shapes (world size 2):
   mismatch     after one all_reduce, `if rank == 0: barrier() else:
                all_reduce()`: each waits in its own collective.
   healthy      all_reduce every 20 ms, for --seconds.
+  oom          after one all_reduce rank 1 forks a helper (it keeps rank 1's
+               gloo sockets) and allocates until its memory cgroup's OOM
+               killer takes it (run the job in a limited cgroup); rank 0
+               waits in the next all_reduce.
 
 Each rank writes "RANK rank=<r> pid=<pid> ppid=<ppid> state=<state>" in one
 write(2) (the ranks share stdout) right before it blocks: state "joining"
-before init_process_group, "stopped" for the others; "STEPPING" lines for
-healthy. gloo's timeout is 10 minutes: nothing ends during a test.
+before init_process_group, "stepping" for healthy, "allocating" (with
+helper=<pid>) for oom's rank 1, "stopped" for the others. The plain launcher
+writes "EXITED pid=<pid> status=<wait status>" as it reaps each rank. gloo's timeout is 10 minutes: nothing ends during a test.
 """
 import argparse
 import datetime
@@ -41,8 +46,8 @@ def say(line):
     os.write(1, (line + "\n").encode())
 
 
-def marker(rank, state):
-    say("RANK rank=%d pid=%d ppid=%d state=%s" % (rank, os.getpid(), os.getppid(), state))
+def marker(rank, state, extra=""):
+    say("RANK rank=%d pid=%d ppid=%d state=%s%s" % (rank, os.getpid(), os.getppid(), state, extra))
 
 
 def run_rank(rank, shape, seconds):
@@ -66,6 +71,15 @@ def run_rank(rank, shape, seconds):
             time.sleep(0.02)
         dist.barrier()
         return
+    if shape == "oom" and rank == 1:
+        helper = os.fork()
+        if helper == 0:                # keeps rank 1's sockets open after it dies
+            while True:
+                time.sleep(3600)
+        marker(rank, "allocating", " helper=%d" % helper)
+        hog = []
+        while True:                    # until the cgroup's OOM killer takes it
+            hog.append(b"x" * (16 << 20))
     marker(rank, "stopped")
     if shape == "pdb" and rank == 0:
         import pdb
@@ -82,7 +96,7 @@ def spawned(index, shape, seconds):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("shape", choices=["never-joins", "pdb", "mismatch", "healthy"])
+    parser.add_argument("shape", choices=["never-joins", "pdb", "mismatch", "healthy", "oom"])
     parser.add_argument("--launcher", choices=["plain", "spawn", "torchrun", "rank"], default="plain")
     parser.add_argument("--start", default="0,1", help="plain: the ranks started")
     parser.add_argument("--seconds", type=float, default=600.0)
@@ -106,8 +120,9 @@ def main():
             ranks.append(subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), args.shape,
                                            "--launcher", "rank", "--seconds", str(args.seconds), "--port", port] + tag,
                                           env=env, stdin=subprocess.PIPE))
-        for proc in ranks:
-            proc.wait()
+        for _ in ranks:
+            pid, status = os.wait()
+            say("EXITED pid=%d status=%d" % (pid, status))
 
 
 if __name__ == "__main__":

@@ -97,6 +97,12 @@ bool GraphBuilder::is_gil_wait(const ProcessInfo& p, const ThreadInfo& t) const 
   return gil_wait_in_native_stack(t.native_stack);
 }
 
+bool GraphBuilder::gil_held_by_blocked_thread(const ProcessInfo& p) const {
+  return std::any_of(p.threads.begin(), p.threads.end(), [](const ThreadInfo& t) {
+    return t.holds_gil && t.state != 'R' && t.syscall.mode == SyscallState::Mode::InSyscall;
+  });
+}
+
 std::string GraphBuilder::gil_object(const ProcessInfo& p, ThreadWait& w) {
   const std::string id = fmt::format("gil:{}", p.pid);
   WaitObject& o = object(id, ObjectKind::Gil, fmt::format("GIL of {}", process_label(p.pid)));

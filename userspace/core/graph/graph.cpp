@@ -198,6 +198,20 @@ void GraphBuilder::classify(const ProcessInfo& p, const ThreadInfo& t) {
   }
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::Running)
     w.activity = Activity::Running;
+  // Under load a GIL waiter whose timed wait ran out sits runnable in the
+  // run queue, out of any syscall: it reads R and "running". One that used
+  // no CPU over the window while another thread holds the GIL blocked in a
+  // syscall is not running Python (it has no GIL) nor C code (no CPU): it
+  // waits for the GIL between two of its waits.
+  if (w.activity == Activity::Running && t.syscall.mode != SyscallState::Mode::InSyscall && p.is_python &&
+      !t.holds_gil && t.progress_sampled && !w.progressed && gil_held_by_blocked_thread(p)) {
+    w.activity = Activity::Blocked;
+    w.objects = {gil_object(p, w)};
+    graph_.objects[w.objects.front()].waiters.push_back(t.tid);
+    w.summary += " (read runnable between two of its timed waits, using no CPU)";
+    graph_.threads[t.tid] = std::move(w);
+    return;
+  }
   if (w.activity == Activity::Unknown && t.syscall.mode == SyscallState::Mode::InSyscall)
     resolve_wait(p, t, desc, w);
   mark_person_input(p, t, w);

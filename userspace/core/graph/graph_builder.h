@@ -67,6 +67,8 @@ class GraphBuilder {
   // ---- gil_objects.cpp ---------------------------------------------------------
   // `t` (in a futex call) waits for its interpreter's GIL.
   bool is_gil_wait(const ProcessInfo& p, const ThreadInfo& t) const;
+  // A thread of `p` holds its GIL while in a syscall (blocked, not running).
+  bool gil_held_by_blocked_thread(const ProcessInfo& p) const;
   // The GIL object of `p`, released by the thread that holds it.
   std::string gil_object(const ProcessInfo& p, ThreadWait& w);
   // Once waiters are known: a GIL nobody else holds is free (ready).

@@ -120,4 +120,27 @@ std::string frozen_cgroup_of(const std::string& cgroup_text, const std::string& 
   return "";
 }
 
+std::string memory_cgroup_of(std::string_view cgroup_text) {
+  std::string v2;
+  while (!cgroup_text.empty()) {
+    const size_t end = cgroup_text.find('\n');
+    std::string_view line = cgroup_text.substr(0, end);
+    cgroup_text = end == std::string_view::npos ? std::string_view() : cgroup_text.substr(end + 1);
+    // "ID:CONTROLLERS:PATH"; the path may itself hold ':'.
+    const size_t a = line.find(':');
+    const size_t b = a == std::string_view::npos ? a : line.find(':', a + 1);
+    if (b == std::string_view::npos) continue;
+    std::string_view controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (path.empty() || path.front() != '/') continue;
+    for (size_t at = 0; at <= controllers.size();) {
+      size_t comma = controllers.find(',', at);
+      if (comma == std::string_view::npos) comma = controllers.size();
+      if (controllers.substr(at, comma - at) == "memory") return std::string(path);
+      at = comma + 1;
+    }
+    if (line.substr(0, a) == "0" && controllers.empty()) v2 = std::string(path);
+  }
+  return v2;
+}
+
 }  // namespace hangtrace::jobs

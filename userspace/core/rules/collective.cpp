@@ -140,6 +140,47 @@ const std::vector<std::string> kCollectiveAdvice = {
     "TORCH_DISTRIBUTED_DEBUG=DETAIL) so a missing rank fails fast with its name instead of hanging.",
 };
 
+// Processes on this host that hold the other end of a waiting rank's TCP
+// connection and are neither a waiting rank nor one's ancestor (a launcher
+// serving the store) or descendant (a forked worker holds its rank's
+// sockets too): the gloo/NCCL socket of a rank that is not elsewhere -- a
+// forked helper of a dead rank.
+std::vector<const ProcessInfo*> local_peer_holders(const RuleContext& ctx,
+                                                   const std::vector<const RankView*>& waiting) {
+  std::set<int> ranks;
+  for (const RankView* w : waiting) ranks.insert(w->process->pid);
+  auto related = [&](const ProcessInfo& p) {
+    // Up from p to a waiting rank (p descends from it), or up from a
+    // waiting rank to p (p is its ancestor); bounded walks.
+    const ProcessInfo* at = &p;
+    for (int i = 0; at && i < 64; ++i, at = ctx.snap.process(at->ppid))
+      if (ranks.count(at->pid)) return true;
+    for (int r : ranks) {
+      const ProcessInfo* up = ctx.snap.process(r);
+      for (int i = 0; up && i < 64; ++i, up = ctx.snap.process(up->ppid))
+        if (up->pid == p.pid) return true;
+    }
+    return false;
+  };
+  std::set<uint64_t> peers;
+  for (const RankView* w : waiting)
+    for (const auto& fd : w->process->fds)
+      if (fd.kind == FdKind::Socket)
+        if (const SocketInfo* s = ctx.snap.socket(fd.inode);
+            s && s->family.rfind("tcp", 0) == 0 && s->state == "ESTABLISHED" && s->peer_inode)
+          peers.insert(s->peer_inode);
+  std::vector<const ProcessInfo*> out;
+  for (const auto& p : ctx.snap.processes) {
+    if (related(p)) continue;
+    for (const auto& fd : p.fds)
+      if (fd.kind == FdKind::Socket && peers.count(fd.inode)) {
+        out.push_back(&p);
+        break;
+      }
+  }
+  return out;
+}
+
 // World sizes up to this are listed rank by rank; beyond, counted (the
 // environment is the target's: a WORLD_SIZE of 2^31 must not allocate).
 constexpr int kListRanksUpTo = 65536;
@@ -177,6 +218,13 @@ std::optional<Finding> remote_ranks_finding(const RuleContext& ctx,
   Finding f(FindingKind::CollectiveWait);
   const CollectiveCall& call = *waiting.front()->call;
   const std::string backend = call.backend.empty() ? "" : fmt::format(" ({})", call.backend);
+  // "On other hosts" only when nothing here says otherwise: a local process
+  // at the other end of the collective's connections, or a process of the
+  // job the kernel killed (kernel_deaths.cpp: made before this rule).
+  const std::vector<const ProcessInfo*> local = local_peer_holders(ctx, waiting);
+  std::vector<const Finding*> deaths;
+  for (const auto& other : ctx.findings)
+    if (other.kind == FindingKind::ProcessKilled) deaths.push_back(&other);
   nlohmann::json waiting_json = nlohmann::json::array();
   std::vector<std::string> names;
   for (const RankView* w : waiting) {
@@ -193,17 +241,42 @@ std::optional<Finding> remote_ranks_finding(const RuleContext& ctx,
     f.evidence.push_back(
         fmt::format("{} is in {}: {}", ctx.thread_label(w->tid), w->call->op, w->call->evidence));
   }
-  f.evidence.push_back(
-      fmt::format("{} of world size {} {} not on this host: whether one of them is not in {} "
-                  "only their own hosts can tell",
-                  others, world, elsewhere == 1 ? "is" : "are", call.op));
-  f.summary = fmt::format("{} {} waited {} in {}{} for the ranks on other hosts ({} of world size {})",
-                          fmt::join(names, ", "), waiting.size() > 1 ? "have" : "has", format_seconds(waited),
-                          call.op, backend, others, world);
+  const bool here_instead = !local.empty() || !deaths.empty();
+  nlohmann::json local_json = nlohmann::json::array();
+  std::vector<std::string> local_names;
+  for (const ProcessInfo* p : local) {
+    local_names.push_back(fmt::format("{} ({})", p->pid, p->comm));
+    local_json.push_back({{"pid", p->pid}, {"comm", p->comm}, {"role", jobs::member_role(ctx.snap, p->pid)}});
+    f.evidence.push_back(
+        fmt::format("the other end of a connection of {} is held by {} ({}) on this host, not a "
+                    "rank: {}",
+                    names.front(), p->pid, p->comm, doing_text(ctx, *p)));
+  }
+  for (const Finding* d : deaths) f.evidence.push_back("the kernel log: " + d->summary);
+  if (here_instead) {
+    std::string why = !local.empty() ? fmt::format("its connection's other end is held by {} on this host",
+                                                   fmt::join(local_names, ", "))
+                                     : std::string("the kernel log shows a process of the job killed here");
+    f.summary =
+        fmt::format("{} {} waited {} in {}{} for {} of world size {}, which {} not running: {}",
+                    fmt::join(names, ", "), waiting.size() > 1 ? "have" : "has", format_seconds(waited),
+                    call.op, backend, others, world, elsewhere == 1 ? "is" : "are", why);
+    if (!deaths.empty()) f.summary += "; " + deaths.front()->summary;
+  } else {
+    f.evidence.push_back(
+        fmt::format("{} of world size {} {} not on this host: whether one of them is not in {} "
+                    "only their own hosts can tell",
+                    others, world, elsewhere == 1 ? "is" : "are", call.op));
+    f.summary = fmt::format("{} {} waited {} in {}{} for the ranks on other hosts ({} of world size {})",
+                            fmt::join(names, ", "), waiting.size() > 1 ? "have" : "has",
+                            format_seconds(waited), call.op, backend, others, world);
+  }
   f.chain.push_back({ctx.thread_label(waiting.front()->tid), "waits in", call.op + backend});
-  f.chain.push_back({call.op, "needs", others + " on other hosts"});
+  f.chain.push_back({call.op, "needs", others + (here_instead ? " (not running)" : " on other hosts")});
   f.chain_tids = {waiting.front()->tid};
-  f.severity = Severity::Warning;
+  // Facts of this host (a local holder, a death in the kernel log) make it
+  // critical; ranks merely elsewhere stay a warning until their hosts tell.
+  f.severity = here_instead ? Severity::Critical : Severity::Warning;
   f.confidence = Confidence::Probable;
   f.details = {{"collective", call.op},
                {"backend", call.backend},
@@ -212,6 +285,8 @@ std::optional<Finding> remote_ranks_finding(const RuleContext& ctx,
                {"world_size", world},
                {"remote_ranks", remote},
                {"remote_rank_count", elsewhere},
+               {"local_peer_holders", local_json},
+               {"on_other_hosts", !here_instead},
                {"waited_s", waited}};
   f.advice = {
       "Merge the bundles of every rank (hangtrace merge DIR..., or hangtrace merge --prometheus URL "

@@ -14,6 +14,11 @@ namespace hangtrace::rules {
 
 namespace {
 
+bool waits_for_gil(const WaitGraph& g, const ThreadWait& w) {
+  return std::any_of(w.objects.begin(), w.objects.end(),
+                     [&](const std::string& id) { return g.objects.at(id).kind == ObjectKind::Gil; });
+}
+
 // Whether one of the objects `w` waits on (any one ends it) is ready or
 // outside the snapshot; a wait on nothing resolved may end too.
 bool wait_can_end(const WaitGraph& g, const ThreadWait& w) {
@@ -46,8 +51,10 @@ bool can_move_on(const WaitGraph& g, const ThreadWait& w, bool timed_is_live) {
     case Activity::Blocked:
       // A wait with no timeout ends only when released (or interrupted): a
       // thread that ran after it was read is not in it for good -- the
-      // wait read may have been one instant of a contended lock.
-      if (w.woke) return true;
+      // wait read may have been one instant of a contended lock. A GIL
+      // waiter wakes every switch interval by design: it waits on the
+      // holder, woken or not.
+      if (w.woke && !waits_for_gil(g, w)) return true;
       return wait_can_end(g, w);
   }
   return true;

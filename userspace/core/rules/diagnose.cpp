@@ -11,19 +11,20 @@ using Rule = std::vector<Finding> (*)(const rules::RuleContext&);
 // The host rules, in the order their findings are made: findings of equal
 // severity, confidence and priority are reported in this order.
 constexpr Rule kHostRules[] = {
-    rules::person_input_findings,    // waits-for-input
-    rules::stopped_findings,         // stopped
-    rules::gil_held_findings,        // gil-held
-    rules::pool_self_wait_findings,  // pool-self-wait
-    rules::io_stuck_findings,        // io-stuck
-    rules::terminal_findings,        // orphaned-lock, dead-peer
-    rules::deadlock_cycle_findings,  // deadlock-cycle
-    rules::asyncio_findings,         // asyncio-cycle, asyncio-orphan-future, asyncio-loop-blocked
-    rules::dns_wait_findings,        // dns-wait
-    rules::network_wait_findings,    // network-wait
-    rules::shm_exhausted_findings,   // shm-exhausted
-    rules::process_killed_findings,  // process-killed (live)
-    rules::memory_growth_findings,   // memory-growth (live)
+    rules::person_input_findings,      // waits-for-input
+    rules::stopped_findings,           // stopped
+    rules::gil_held_findings,          // gil-held
+    rules::pool_self_wait_findings,    // pool-self-wait
+    rules::io_stuck_findings,          // io-stuck
+    rules::terminal_findings,          // orphaned-lock, dead-peer
+    rules::deadlock_cycle_findings,    // deadlock-cycle
+    rules::asyncio_findings,           // asyncio-cycle, asyncio-orphan-future, asyncio-loop-blocked
+    rules::dns_wait_findings,          // dns-wait
+    rules::network_wait_findings,      // network-wait
+    rules::shm_exhausted_findings,     // shm-exhausted
+    rules::process_killed_findings,    // process-killed (live)
+    rules::kernel_log_death_findings,  // process-killed (the kernel log: before hangtrace attached)
+    rules::memory_growth_findings,     // memory-growth (live)
     rules::slow_job_findings,  // data-starved, io-bound, lock-contention, collective-skew, gpu-idle (live)
 };
 

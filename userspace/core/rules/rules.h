@@ -60,6 +60,9 @@ std::string progress_seen(const RuleContext& ctx);
 // resources.cpp: shm-exhausted; process-killed and memory-growth (live only).
 std::vector<Finding> shm_exhausted_findings(const RuleContext& ctx);
 std::vector<Finding> process_killed_findings(const RuleContext& ctx);
+// kernel_deaths.cpp: process-killed from the kernel log (/dev/kmsg): deaths
+// before hangtrace attached, joined to the job by pid or memory cgroup.
+std::vector<Finding> kernel_log_death_findings(const RuleContext& ctx);
 std::vector<Finding> memory_growth_findings(const RuleContext& ctx);
 
 // slow.cpp (live): slow, not frozen -- data-starved, io-bound,
