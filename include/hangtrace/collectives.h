@@ -36,6 +36,28 @@ struct RankIdentity {
 // wrong rank is worse than none.
 RankIdentity parse_rank_environment(std::string_view environ_bytes);
 
+// Launchers that pass the rank as an argument, not in the environment:
+// torch.multiprocessing.spawn runs each child as _wrap(fn, i, args, ...)
+// (torch/multiprocessing/spawn.py, 1.x and 2.x), i its index among the
+// nprocs children, and the program turns i into its rank. The position among
+// its parameters of the integer argument the Python walk reads for a frame
+// of `function` in `file` (UserFrame::argument), or -1 for other frames.
+int identity_argument_position(std::string_view file, std::string_view function);
+
+// The rank source of a process numbered by its spawn index.
+inline constexpr std::string_view kSpawnIndexSource = "torch.multiprocessing.spawn index";
+
+// Numbers the processes of `snap` that no variable numbered, by the spawn
+// index their frames show: local_rank is the index; rank is the same when
+// none of their TCP connections leaves this host (mp.spawn's children are
+// one node's, so the group is this host's alone). A process connected to
+// another host keeps no rank: its global rank is node_rank * nprocs + i,
+// computed by the program, not read. World size stays unknown (nprocs is
+// the node's count, not the group's). A DataLoader worker forked by a rank
+// shows the same frame and index, and stays that rank's worker (its parent
+// has the same rank: is_rank_process).
+void ranks_from_spawn_frames(Snapshot& snap);
+
 struct CollectiveCall {
   std::string op;       // "all_reduce", "barrier", ... (torch.distributed's names)
   std::string backend;  // "gloo", "nccl", "" when no native frame tells
@@ -81,6 +103,21 @@ struct RendezvousCall {
   bool store_master = false;            // in the store master's wait for the ranks to connect
 };
 std::optional<RendezvousCall> rendezvous_in_progress(const ThreadInfo& thread);
+
+// What a torch.distributed launcher's command line says of the rendezvous
+// its agent joins before it starts any rank (torchrun, python -m
+// torch.distributed.run or .launch; its options before the program's):
+// the nodes it waits for (--nnodes, "2" or "1:4"; "1:1" when not given),
+// the backend (--rdzv_backend / --rdzv-backend; "static" when not given,
+// "c10d" under --standalone) and the endpoint (--rdzv_endpoint, else
+// --master_addr:--master_port, whose defaults are 127.0.0.1:29500).
+struct LauncherRendezvous {
+  std::string nnodes, backend, endpoint;
+  // The node count when --nnodes is one number (or MIN:MAX with MIN ==
+  // MAX): how many agents the static backend's store waits for.
+  std::optional<int> fixed_nodes() const;
+};
+std::optional<LauncherRendezvous> launcher_rendezvous(std::string_view comm, std::string_view cmdline);
 
 // The collective one of the process's threads is in (the main thread's when
 // it is in one, else the first such thread's), and that thread's tid.

@@ -46,6 +46,17 @@ T as(const nlohmann::json& v) {
   }
 }
 
+// Reads `key` of `j` into `out` where it is present and not null; `out`
+// keeps its value otherwise.
+template <class T>
+void get_if(const nlohmann::json& j, const char* key, T& out) {
+  if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
+}
+template <class T>
+void get_opt(const nlohmann::json& j, const char* key, std::optional<T>& out) {
+  if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
+}
+
 // `v`, or null when unset.
 template <class T>
 nlohmann::json nullable(const std::optional<T>& v) {

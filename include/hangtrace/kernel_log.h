@@ -27,7 +27,7 @@ constexpr size_t kMaxKernelLogMessage = 1024;
 std::optional<KernelLogRecord> parse_kmsg_record(std::string_view raw);
 
 struct KernelLogEvent {
-  enum class Kind { OomKill, Segfault, Trap, HungTask, MemoryFailure, GpuXid };
+  enum class Kind { OomKill, Segfault, Trap, HungTask, MemoryFailure, GpuXid };  // GpuXid last
   Kind kind = Kind::OomKill;
   uint64_t ts_us = 0;  // of the record that names it
   int pid = 0;         // the victim, the faulting process, the hung task, the Xid's process; 0 when none
@@ -41,6 +41,8 @@ struct KernelLogEvent {
   std::string message;  // the record's text
 };
 const char* kernel_log_event_name(KernelLogEvent::Kind kind);
+// The kind kernel_log_event_name gives `name`; nullopt for any other name.
+std::optional<KernelLogEvent::Kind> kernel_log_event_kind(std::string_view name);
 
 // The events in `records` (oldest first), each kill once though the kernel
 // prints several lines about it. At most kMaxKernelLogEvents, the newest.

@@ -173,6 +173,12 @@ struct UserFrame {
   // of Python frames up to and including an entry frame in place of one
   // native eval-loop frame.
   bool python_entry = false;
+  // Python: the integer argument read from the frame's locals where the
+  // function is one whose argument says who the process is
+  // (identity_argument_position in collectives.h: torch.multiprocessing.spawn's
+  // child index); unset for every other frame, or when it did not read back
+  // as a non-negative int.
+  std::optional<int64_t> argument;
 };
 
 // A Python-level lock a thread sleeps on. From 3.13 threading.Lock, RLock

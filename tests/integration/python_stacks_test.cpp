@@ -6,6 +6,7 @@
 // root to read another process's memory. Each interpreter is a test
 // parameter: the list says which ran and which were skipped, and why.
 #include "collector.h"
+#include "hangtrace/collectives.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -470,6 +472,45 @@ TEST_P(PythonStacks, AnEventLoopBlockedInASynchronousCallIsNamed) {
   const std::string summary = blocked[0]["summary"].get<std::string>();
   EXPECT_NE(summary.find("inside task Task-1"), std::string::npos) << summary;
   EXPECT_NE(summary.find(fmt::format("{} other tasks", f["tasks"] - 1)), std::string::npos) << summary;
+}
+
+// torch.multiprocessing.spawn's child index, the `i` of _wrap(fn, i, ...),
+// read from the frame's locals (spawn_index.py: a module of spawn.py's path
+// and signature, called in two threads), and the process numbered by it.
+TEST_P(PythonStacks, TheSpawnIndexIsReadFromTheWrapFrame) {
+  HANGTRACE_REQUIRE_BPF();
+  Workload w({GetParam().path, "-u", script_path("spawn_index.py")});
+  auto f = numeric_fields<int>(w.wait_for_line("READY"));
+  ASSERT_EQ(f["pid"], w.pid()) << "no READY line";
+  ASSERT_EQ(wait_until_blocked(w.pid()), "");
+  auto snap = collect_snapshot(w.pid(), fast_options());
+  ASSERT_TRUE(snap.ok()) << snap.error();
+  const ProcessInfo* p = snap->process(w.pid());
+  ASSERT_TRUE(p);
+  auto wrap_argument = [](const ThreadInfo& t) -> std::optional<int64_t> {
+    std::optional<int64_t> found;
+    int wraps = 0;
+    for (const auto& frame : t.python_stack) {
+      if (frame.function == "_wrap" && ends_with(frame.file, "/torch/multiprocessing/spawn.py")) {
+        ++wraps;
+        found = frame.argument;
+      } else {
+        EXPECT_FALSE(frame.argument) << frame.function << " has no argument read\n" << describe(t);
+      }
+    }
+    EXPECT_EQ(wraps, 1) << describe(t);
+    return found;
+  };
+  const ThreadInfo* main = p->thread(f["main_tid"]);
+  const ThreadInfo* other = p->thread(f["thread_tid"]);
+  ASSERT_TRUE(main && other);
+  EXPECT_EQ(wrap_argument(*main), 3) << describe(*main);
+  EXPECT_EQ(wrap_argument(*other), (int64_t{1} << 40) + 3) << describe(*other);
+  // No TCP connection leaves the host: the index is its rank too. The
+  // other thread's index does not fit a rank.
+  EXPECT_EQ(p->rank, 3);
+  EXPECT_EQ(p->local_rank, 3);
+  EXPECT_EQ(p->rank_source, kSpawnIndexSource);
 }
 
 INSTANTIATE_TEST_SUITE_P(Interpreters, PythonStacks, ::testing::ValuesIn(interpreters()),

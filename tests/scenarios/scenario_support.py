@@ -122,6 +122,33 @@ MEMCG_SKIP_REASON = _memcg_skip_reason()
 requires_memcg_v1 = unittest.skipUnless(not MEMCG_SKIP_REASON, MEMCG_SKIP_REASON)
 
 
+class MemoryCgroup:
+    """A fresh cgroup v1 memory group `name` limited to `limit` bytes (and
+    memory+swap where swap is accounted), removed with whatever is left in it
+    when `test` is cleaned up (after its tearDown has killed its job).
+    `enter` is the argv prefix that moves a command into it, then execs it."""
+
+    def __init__(self, test, name, limit):
+        self.path = os.path.join(MEMCG_V1, name)
+        os.mkdir(self.path)
+        test.addCleanup(remove_cgroup, self.path)
+        self.write("memory.limit_in_bytes", limit)
+        try:
+            self.write("memory.memsw.limit_in_bytes", limit)
+        except OSError:
+            pass   # no swap accounting here
+        self.enter = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.path]
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(str(value))
+
+    def oom_kills(self):
+        """How many processes its OOM killer killed (memory.oom_control)."""
+        with open(os.path.join(self.path, "memory.oom_control")) as f:
+            return int(dict(l.split() for l in f.read().splitlines()).get("oom_kill", 0))
+
+
 # ---- a workload ----------------------------------------------------------------
 
 def under_shell(argv, env=None):
@@ -138,7 +165,7 @@ class Workload:
     """A process started in its own session whose stdout is read line by line
     by a background thread; stderr goes to a temporary file (shown in failures)."""
 
-    def __init__(self, argv, env=None, cwd=None):
+    def __init__(self, argv, env=None, cwd=None, stdin=None):
         self.argv = list(argv)
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         full_env = dict(os.environ)
@@ -147,7 +174,8 @@ class Workload:
         if env:
             full_env.update(env)
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     stdin=subprocess.DEVNULL if stdin is None else stdin,
+                                     start_new_session=True,
                                      env=full_env, cwd=cwd or WORKLOADS)
         self.pid = self.proc.pid
         self.also_kill = []               # pids outside the session to kill too
@@ -560,12 +588,13 @@ class ScenarioTestCase(unittest.TestCase):
             argv = list(wrapper) + argv
         return self.start_argv(argv, env=env, shell=shell)
 
-    def start_argv(self, argv, env=None, shell=False):
+    def start_argv(self, argv, env=None, shell=False, stdin=None):
         """Starts `argv` as a Workload -- with shell=True as the child of a
-        bash (under_shell) -- killed with its descendants when the test ends."""
+        bash (under_shell) -- killed with its descendants when the test ends.
+        `stdin`: a file descriptor for its stdin (/dev/null when None)."""
         if shell:
             argv, env = under_shell(argv, env)
-        w = Workload(argv, env=env)
+        w = Workload(argv, env=env, stdin=stdin)
         self._workloads.append(w)
         return w
 
@@ -727,13 +756,15 @@ def start_gloo_ranks(steps=3):
     return job, marker
 
 
-def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=()):
+def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=(), options=(), stdin=None):
     """workloads/ranks.py SHAPE under `launcher` ("plain": a per-rank
     launcher with Slurm's variables, "spawn": torch.multiprocessing.spawn,
     "torchrun"), as a Workload of `test` (a ScenarioTestCase), its command
-    after `prefix` (a wrapper that execs it). Waits for the RANK marker of
-    each rank in `ranks` and until their main threads are parked over a
-    second (oom: the test waits for the kill). Returns (job, {rank: marker})."""
+    after `prefix` (a wrapper that execs it), ranks.py's `options` after the
+    shape, the job's stdin `stdin` (a file descriptor; /dev/null when None).
+    Waits for the RANK marker of each rank in `ranks` and until their main
+    threads are parked over a second (oom: the test waits for the kill;
+    healthy, long-collective: they move). Returns (job, {rank: marker})."""
     script = workload("ranks.py")
     port = str(free_port())
     if launcher == "torchrun":
@@ -746,7 +777,7 @@ def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=()):
     else:
         argv = [PYTHON, "-u", script, shape, "--launcher", launcher, "--start", ",".join(map(str, ranks)),
                 "--port", port]
-    job = test.start_argv(list(prefix) + argv + ([tag] if tag else []))
+    job = test.start_argv(list(prefix) + argv + list(options) + ([tag] if tag else []), stdin=stdin)
     markers = {}
     for _ in ranks:
         m = parse_marker(job.wait_for_line("RANK", timeout=180))
@@ -758,7 +789,7 @@ def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=()):
         # And older than the tests' --stall-after (1 s), with a margin.
         rank0 = markers[min(markers)]["pid"][0]
         wait_for(lambda: (process_age_s(rank0) or 0) >= 2.0, 30, "rank 0 to be 2 s old")
-    elif shape not in ("healthy", "oom"):
+    elif shape not in ("healthy", "long-collective", "oom"):
         wait_until_blocked([m["pid"][0] for m in markers.values()], all_threads=False, settle=1.2)
     return job, markers
 

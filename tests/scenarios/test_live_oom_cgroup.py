@@ -11,8 +11,8 @@ import os
 import re
 import unittest
 
-from scenario_support import (MEMCG_V1, PYTHON, ScenarioTestCase, killed_findings, parse_marker,
-                              remove_cgroup, requires_bpf_and_torch, requires_memcg_v1, workload)
+from scenario_support import (PYTHON, MemoryCgroup, ScenarioTestCase, killed_findings, parse_marker,
+                              requires_bpf_and_torch, requires_memcg_v1, workload)
 
 LIMIT = 512 * 1024 * 1024
 SIGKILL = 9
@@ -21,27 +21,9 @@ SIGKILL = 9
 @requires_bpf_and_torch
 @requires_memcg_v1
 class LiveOomCgroup(ScenarioTestCase):
-    def setUp(self):
-        super().setUp()
-        self.cgroup = os.path.join(MEMCG_V1, "hangtrace-scn-%d" % os.getpid())
-        os.mkdir(self.cgroup)
-        with open(os.path.join(self.cgroup, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(LIMIT))
-        # No swap here, but a memsw limit keeps the test honest where there is.
-        try:
-            with open(os.path.join(self.cgroup, "memory.memsw.limit_in_bytes"), "w") as f:
-                f.write(str(LIMIT))
-        except OSError:
-            pass
-
-    def tearDown(self):
-        super().tearDown()
-        remove_cgroup(self.cgroup)
-
     def test_oom_killed_worker_names_cgroup_and_limit(self):
-        enter = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
-        job = self.launch(["sh", "-c", enter, self.cgroup,
-                           PYTHON, "-u", workload("dataloader_worker_oom.py")])
+        memcg = MemoryCgroup(self, "hangtrace-scn-%d" % os.getpid(), LIMIT)
+        job = self.launch(memcg.enter + [PYTHON, "-u", workload("dataloader_worker_oom.py")])
         marker = parse_marker(job.wait_for_line("START", timeout=120))
         main, workers = marker["main"][0], marker["workers"]
         job.workload.also_kill += [main] + workers
@@ -50,9 +32,7 @@ class LiveOomCgroup(ScenarioTestCase):
         # PyTorch: "exited unexpectedly" or "is killed by signal: Killed" -- a
         # worker pid, no word of memory.
         self.assertTrue(re.search(r"\b%d\b" % victim, error), "precondition: %s" % error)
-        with open(os.path.join(self.cgroup, "memory.oom_control")) as f:
-            oom_kills = dict(l.split() for l in f.read().splitlines()).get("oom_kill")
-        self.assertEqual(oom_kills, "1", "precondition: one OOM kill in the cgroup")
+        self.assertEqual(memcg.oom_kills(), 1, "precondition: one OOM kill in the cgroup")
 
         report = self.launched_report(job)     # the job exits (3); hangtrace reports then
         self.assertEqual(report.returncode, 2, "a killed worker is critical\n" + report.dump())

@@ -10,8 +10,8 @@ its connection is held by the helper, here.
 import os
 import unittest
 
-from scenario_support import (MEMCG_V1, ScenarioTestCase, parse_marker, remove_cgroup, requires_bpf_and_torch,
-                              requires_memcg_v1, run_hangtrace, start_rank_job, wait_until_blocked)
+from scenario_support import (MemoryCgroup, ScenarioTestCase, parse_marker, requires_bpf_and_torch, requires_memcg_v1,
+                              run_hangtrace, start_rank_job, wait_until_blocked)
 
 TAG = "ht-rank-killed-%d" % os.getpid()
 LIMIT = 1024 * 1024 * 1024
@@ -21,28 +21,14 @@ SIGKILL = 9
 @requires_bpf_and_torch
 @requires_memcg_v1
 class RankKilledBeforeAttach(ScenarioTestCase):
-    def setUp(self):
-        super().setUp()
-        self.cgroup = os.path.join(MEMCG_V1, "hangtrace-rank-%d" % os.getpid())
-        os.mkdir(self.cgroup)
-        self.addCleanup(remove_cgroup, self.cgroup)   # after tearDown has killed the job
-        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            try:
-                with open(os.path.join(self.cgroup, name), "w") as f:
-                    f.write(str(LIMIT))
-            except OSError:
-                pass   # no swap accounting here
-
     def test_an_oom_killed_rank_is_named_from_the_kernel_log(self):
-        enter = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.cgroup]
-        job, markers = start_rank_job(self, "oom", "plain", tag=TAG, prefix=enter)
+        memcg = MemoryCgroup(self, "hangtrace-rank-%d" % os.getpid(), LIMIT)
+        job, markers = start_rank_job(self, "oom", "plain", tag=TAG, prefix=memcg.enter)
         rank0, rank1 = markers[0]["pid"][0], markers[1]["pid"][0]
         helper = markers[1]["helper"][0]
         exited = parse_marker(job.wait_for_line("EXITED", timeout=180))
         self.assertEqual((exited["pid"][0], exited["status"][0] & 0x7f), (rank1, SIGKILL), exited)
-        with open(os.path.join(self.cgroup, "memory.oom_control")) as f:
-            self.assertEqual(dict(l.split() for l in f.read().splitlines()).get("oom_kill"), "1",
-                             "precondition: one OOM kill in the cgroup")
+        self.assertEqual(memcg.oom_kills(), 1, "precondition: one OOM kill in the cgroup")
         wait_until_blocked([rank0], all_threads=False, settle=1.2)
 
         report = run_hangtrace(job.pid, "--stall-after", "1")
@@ -50,7 +36,7 @@ class RankKilledBeforeAttach(ScenarioTestCase):
         killed = [f for f in report.of_kind("process-killed") if f["details"].get("source") == "kernel log"]
         self.assertEqual(len(killed), 1, report.dump())
         d = killed[0]["details"]
-        cgroup = "/" + os.path.basename(self.cgroup)
+        cgroup = "/" + os.path.basename(memcg.path)
         self.assertEqual((d["pid"], d["event"], d["cgroup"], d["limit_bytes"]), (rank1, "oom-kill", cgroup, LIMIT),
                          report.dump())
         self.assertEqual(report.findings[0]["id"], killed[0]["id"], "the death leads\n" + report.dump())

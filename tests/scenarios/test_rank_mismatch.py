@@ -2,7 +2,8 @@
 after one all_reduce, `if rank == 0: barrier() else: all_reduce()`), under
 torchrun, torch.multiprocessing.spawn and a per-rank launcher with Slurm's
 variables. Each run: exit 2, a collective-mismatch verdict that names each
-rank's op and the line of ranks.py that called it.
+rank's op and the line of ranks.py that called it, and each rank by number
+(under spawn, from the index spawn passed its child).
 """
 import os
 import re
@@ -28,7 +29,7 @@ def call_lines():
 
 @requires_bpf_and_torch
 class RankMismatch(ScenarioTestCase):
-    def assertMismatch(self, launcher, ranks_named):
+    def assertMismatch(self, launcher):
         job, markers = start_rank_job(self, "mismatch", launcher, tag=TAG)
         rank0, rank1 = markers[0]["pid"][0], markers[1]["pid"][0]
         report = run_hangtrace(job.pid, *STALLED)
@@ -44,26 +45,28 @@ class RankMismatch(ScenarioTestCase):
         self.assertEqual(by_pid[rank0]["caller"], "ranks.py:%d" % lines["barrier"], report.dump())
         self.assertEqual(by_pid[rank1]["caller"], "ranks.py:%d" % lines["all_reduce"], report.dump())
         summary = report.json["verdict"]["summary"]
-        if ranks_named:
-            self.assertEqual((by_pid[rank0]["rank"], by_pid[rank1]["rank"]), (0, 1), report.dump())
-            self.assertEqual(top["confidence"], "certain", report.dump())
-            self.assertIn("rank 0 (pid %d) in barrier at ranks.py:%d" % (rank0, lines["barrier"]), summary)
-            self.assertIn("rank 1 (pid %d) in all_reduce at ranks.py:%d" % (rank1, lines["all_reduce"]), summary)
-        else:
-            # No rank in any environment: the processes are named by pid.
-            self.assertIn("pid %d in barrier at ranks.py:%d" % (rank0, lines["barrier"]), summary)
+        self.assertEqual((by_pid[rank0]["rank"], by_pid[rank1]["rank"]), (0, 1), report.dump())
+        self.assertEqual(top["confidence"], "certain", report.dump())
+        self.assertIn("rank 0 (pid %d) in barrier at ranks.py:%d" % (rank0, lines["barrier"]), summary)
+        self.assertIn("rank 1 (pid %d) in all_reduce at ranks.py:%d" % (rank1, lines["all_reduce"]), summary)
         self.assertTrue(job.alive(), job.stderr_tail())
         return report
 
     def test_under_torchrun(self):
-        self.assertMismatch("torchrun", ranks_named=True)
+        self.assertMismatch("torchrun")
 
     def test_under_a_per_rank_launcher_with_slurm_variables(self):
-        report = self.assertMismatch("plain", ranks_named=True)
+        report = self.assertMismatch("plain")
         self.assertEqual({r["source"] for r in report.json["job"]["ranks"]}, {"SLURM_PROCID"}, report.dump())
 
     def test_under_torch_multiprocessing_spawn(self):
-        self.assertMismatch("spawn", ranks_named=False)
+        # No rank variable: each child's rank is its spawn index, read from
+        # the _wrap(fn, i, ...) frame in its stack.
+        report = self.assertMismatch("spawn")
+        ranks = report.json["job"]["ranks"]
+        self.assertEqual([(r["rank"], r["source"]) for r in ranks],
+                         [(0, "torch.multiprocessing.spawn index"), (1, "torch.multiprocessing.spawn index")],
+                         report.dump())
 
 
 if __name__ == "__main__":

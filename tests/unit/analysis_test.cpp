@@ -347,10 +347,7 @@ TEST(Analysis, NetworkWaitNamesEndpointsAndLocalPeer) {
   ThreadInfo& server = b.thread(300, 300);
   in_syscall(server, kNanosleep, {0x1000});
   server.memory.timeout_s = 3600;
-  b.s.sockets.push_back(
-      {5000, 0, "tcp", "ESTABLISHED", "127.0.0.1:40000", "127.0.0.1:5000", 0, 0, 5001, true});
-  b.s.sockets.push_back(
-      {5001, 0, "tcp", "ESTABLISHED", "127.0.0.1:5000", "127.0.0.1:40000", 0, 0, 5000, true});
+  b.tcp_pair(5000, 40000, 5001, 5000);
   Diagnosis d = diagnose(b.s);
   const Finding* f = find_kind(d, "network-wait");
   ASSERT_NE(f, nullptr);
@@ -391,15 +388,9 @@ TEST(Analysis, IdleConnectionsOfAServerLoopAreNotNetworkWaits) {
   b.fd(100, 8, FdKind::Socket, 6003);
   b.fd(100, 9, FdKind::Socket, 6002);
   b.fd(200, 9, FdKind::Socket, 6004);
-  b.s.sockets.push_back({6000, 0, "tcp", "LISTEN", "0.0.0.0:29500", "0.0.0.0:0", 0, 0, 0, false});
-  b.s.sockets.push_back(
-      {6001, 0, "tcp", "ESTABLISHED", "127.0.0.1:29500", "127.0.0.1:41000", 0, 0, 6002, true});
-  b.s.sockets.push_back(
-      {6002, 0, "tcp", "ESTABLISHED", "127.0.0.1:41000", "127.0.0.1:29500", 0, 0, 6001, true});
-  b.s.sockets.push_back(
-      {6003, 0, "tcp", "ESTABLISHED", "127.0.0.1:29500", "127.0.0.1:41002", 0, 0, 6004, true});
-  b.s.sockets.push_back(
-      {6004, 0, "tcp", "ESTABLISHED", "127.0.0.1:41002", "127.0.0.1:29500", 0, 0, 6003, true});
+  b.tcp_listen(6000, "0.0.0.0:29500");
+  b.tcp_pair(6001, 29500, 6002, 41000);
+  b.tcp_pair(6003, 29500, 6004, 41002);
   Diagnosis idle = diagnose(b.s);
   EXPECT_EQ(find_kind(idle, "network-wait"), nullptr) << idle.verdict.summary;
 

@@ -38,11 +38,7 @@ SnapshotBuilder rank_waits_on_peer(char rank1_state) {
   for (int tid : {200, 201}) b.thread(200, tid, rank1_state, 30.0);
   for (uint64_t i = 0; i < 2; ++i) {
     b.fd(200, static_cast<int>(20 + i), FdKind::Socket, 6000 + i);
-    std::string port = std::to_string(40000 + i);
-    b.s.sockets.push_back(
-        {5000 + i, 0, "tcp", "ESTABLISHED", "127.0.0.1:" + port, "127.0.0.1:29500", 0, 0, 6000 + i, true});
-    b.s.sockets.push_back(
-        {6000 + i, 0, "tcp", "ESTABLISHED", "127.0.0.1:29500", "127.0.0.1:" + port, 0, 0, 5000 + i, true});
+    b.tcp_pair(5000 + i, static_cast<int>(40000 + i), 6000 + i, 29500);
   }
   return b;
 }

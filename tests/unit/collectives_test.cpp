@@ -5,7 +5,9 @@
 
 #include <string>
 
+#include "hangtrace/jobs.h"
 #include "hangtrace/snapshot_json.h"
+#include "snapshot_builder.h"
 
 namespace hangtrace {
 namespace {
@@ -127,6 +129,100 @@ TEST(RankEnvironment, RoundTripsThroughSnapshotJsonAndIsOmittedWhenAbsent) {
   EXPECT_FALSE(back->processes[1].rank);
   EXPECT_FALSE(back->processes[1].world_size);
   EXPECT_FALSE(back->processes[1].local_rank);
+}
+
+// ---- ranks from torch.multiprocessing.spawn's frames -------------------------------
+
+constexpr const char* kSpawnPy = "/usr/lib/python3/dist-packages/torch/multiprocessing/spawn.py";
+
+// A spawn child's main thread as the walk reads it: <module> ... _bootstrap,
+// run, _wrap(fn, i, ...) with i read, the program's function.
+std::vector<UserFrame> spawned_stack(std::optional<int64_t> index) {
+  UserFrame wrap = testing::py("_wrap", kSpawnPy, 69);
+  wrap.argument = index;
+  return {testing::py("run_rank", "/job/train.py", 40),
+          wrap,
+          testing::py("BaseProcess.run", "/usr/lib/python3.11/multiprocessing/process.py", 108),
+          testing::py("BaseProcess._bootstrap", "/usr/lib/python3.11/multiprocessing/process.py", 314),
+          testing::py("spawn_main", "/usr/lib/python3.11/multiprocessing/spawn.py", 120),
+          testing::py("<module>", "<string>", 1)};
+}
+
+TEST(SpawnRanks, TheArgumentReadIsOnlyTorchSpawnsWrapIndex) {
+  EXPECT_EQ(identity_argument_position(kSpawnPy, "_wrap"), 1);
+  EXPECT_EQ(identity_argument_position("/x/site-packages/torch/multiprocessing/spawn.py", "_wrap"), 1);
+  EXPECT_EQ(identity_argument_position("/usr/lib/python3.11/multiprocessing/spawn.py", "_wrap"), -1);
+  EXPECT_EQ(identity_argument_position(kSpawnPy, "start_processes"), -1);
+  EXPECT_EQ(identity_argument_position("/job/spawn.py", "_wrap"), -1);
+}
+
+TEST(SpawnRanks, ChildrenOnOneHostAreRankedByTheirIndex) {
+  testing::SnapshotBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  b.thread(100, 100).python_stack = {testing::py("ProcessContext.join", kSpawnPy, 109),
+                                     testing::py("start_processes", kSpawnPy, 198),
+                                     testing::py("<module>", "/job/train.py", 60)};
+  for (int i = 0; i < 2; ++i) {
+    b.proc(200 + i, 100, ProcessRole::Descendant);
+    b.thread(200 + i, 200 + i).python_stack = spawned_stack(i);
+    // Their gloo connection to each other, on loopback.
+    b.fd(200 + i, 9, FdKind::Socket, 900 + i);
+  }
+  b.tcp_pair(900, 41000, 901, 41001);
+  // A DataLoader worker forked by rank 1 shows the same frame.
+  b.proc(300, 201, ProcessRole::Descendant);
+  b.thread(300, 300).python_stack = spawned_stack(1);
+  // A child whose index did not read back, and one with RANK in its environment.
+  b.proc(202, 100, ProcessRole::Descendant);
+  b.thread(202, 202).python_stack = spawned_stack(std::nullopt);
+  ProcessInfo& env_ranked = b.proc(203, 100, ProcessRole::Descendant);
+  env_ranked.rank = 5;
+  env_ranked.rank_source = "RANK";
+  b.thread(203, 203).python_stack = spawned_stack(3);
+
+  ranks_from_spawn_frames(b.s);
+  const Snapshot& s = b.s;
+  EXPECT_FALSE(s.process(100)->rank);
+  for (int i = 0; i < 2; ++i) {
+    const ProcessInfo& p = *s.process(200 + i);
+    EXPECT_EQ(p.rank, i);
+    EXPECT_EQ(p.local_rank, i);
+    EXPECT_FALSE(p.world_size);  // nprocs is this node's count, not the group's
+    EXPECT_EQ(p.rank_source, kSpawnIndexSource);
+    EXPECT_TRUE(jobs::is_rank_process(s, p));
+  }
+  EXPECT_EQ(s.process(300)->rank, 1);
+  EXPECT_FALSE(jobs::is_rank_process(s, *s.process(300)));  // rank 1's worker
+  EXPECT_FALSE(s.process(202)->rank);
+  EXPECT_EQ(s.process(203)->rank, 5);  // the environment wins
+  EXPECT_EQ(s.process(203)->rank_source, "RANK");
+  EXPECT_TRUE(jobs::is_launcher(s, *s.process(100)));
+}
+
+TEST(SpawnRanks, AChildConnectedToAnotherHostGetsItsLocalRankOnly) {
+  testing::SnapshotBuilder b(100);
+  b.proc(100, 1, ProcessRole::Target);
+  b.proc(200, 100, ProcessRole::Descendant);
+  b.thread(200, 200).python_stack = spawned_stack(1);
+  b.fd(200, 9, FdKind::Socket, 900);
+  b.s.sockets.push_back({900, 0, "tcp", "ESTABLISHED", "10.0.0.1:41000", "10.0.0.2:29500", 0, 0, 0, false});
+  ranks_from_spawn_frames(b.s);
+  const ProcessInfo& p = *b.s.process(200);
+  EXPECT_EQ(p.local_rank, 1);
+  EXPECT_FALSE(p.rank);  // node_rank * nprocs + 1, computed by the program
+  EXPECT_EQ(p.rank_source, "");
+}
+
+TEST(SpawnRanks, TheArgumentRoundTripsThroughSnapshotJson) {
+  testing::SnapshotBuilder b(200);
+  b.proc(200, 1, ProcessRole::Target);
+  b.thread(200, 200).python_stack = spawned_stack(3);
+  auto back = snapshot_from_json_text(snapshot_to_json(b.s).dump());
+  ASSERT_TRUE(back.ok()) << back.error();
+  const auto& stack = back->processes[0].threads[0].python_stack;
+  EXPECT_EQ(stack[1].argument, 3);
+  EXPECT_FALSE(stack[0].argument);
+  EXPECT_FALSE(snapshot_to_json(b.s)["processes"][0]["threads"][0]["python_stack"][0].contains("argument"));
 }
 
 // ---- collectives ------------------------------------------------------------------

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "frames.h"
 #include "hangtrace/analysis.h"
 #include "hangtrace/jobs.h"
@@ -38,6 +40,21 @@ TEST(KernelLog, ARecordsHeaderAndMessage) {
   auto long_one = parse_kmsg_record("6,1,2,-;" + std::string(5000, 'a'));
   ASSERT_TRUE(long_one);
   EXPECT_EQ(long_one->message.size(), kMaxKernelLogMessage);
+}
+
+TEST(KernelLog, EveryKindIsNamedAndReadBackFromItsName) {
+  using Kind = KernelLogEvent::Kind;
+  std::set<std::string> names;
+  for (int k = 0; k <= static_cast<int>(Kind::GpuXid); ++k) {
+    const std::string name = kernel_log_event_name(static_cast<Kind>(k));
+    EXPECT_NE(name, "?");
+    EXPECT_TRUE(names.insert(name).second) << name << " names two kinds";
+    EXPECT_EQ(kernel_log_event_kind(name), static_cast<Kind>(k)) << name;
+  }
+  EXPECT_EQ(names.size(), 6u);
+  EXPECT_FALSE(kernel_log_event_kind("?"));
+  EXPECT_FALSE(kernel_log_event_kind("oom"));
+  EXPECT_FALSE(kernel_log_event_kind(""));
 }
 
 TEST(KernelLog, AnOomKillIsOneEventWithItsCgroupAndLimit) {
@@ -136,10 +153,7 @@ SnapshotBuilder rank_left_alone(const std::string& victim_cgroup, double victim_
   b.proc(300, 1, ProcessRole::Peer);
   b.thread(300, 300);
   b.fd(300, 4, FdKind::Socket, 901);
-  b.s.sockets.push_back(
-      {900, 0, "tcp", "ESTABLISHED", "127.0.0.1:41000", "127.0.0.1:41001", 0, 0, 901, true});
-  b.s.sockets.push_back(
-      {901, 0, "tcp", "ESTABLISHED", "127.0.0.1:41001", "127.0.0.1:41000", 0, 0, 900, true});
+  b.tcp_pair(900, 41000, 901, 41001);
   b.s.kernel_log_read_at_s = 5000;
   KernelLogEvent e;
   e.kind = KernelLogEvent::Kind::OomKill;

@@ -6,6 +6,7 @@
 
 #include "frames.h"
 #include "hangtrace/analysis.h"
+#include "hangtrace/collectives.h"
 #include "hangtrace/jobs.h"
 #include "snapshot_builder.h"
 
@@ -99,11 +100,8 @@ SnapshotBuilder rank_joining(double age_s) {
   b.fd(200, 5, FdKind::Socket, 900);
   b.fd(200, 6, FdKind::Socket, 901);
   b.fd(200, 7, FdKind::Socket, 902);
-  b.s.sockets.push_back({900, 0, "tcp", "LISTEN", "0.0.0.0:29500", "0.0.0.0:0", 0, 0, 0, false});
-  b.s.sockets.push_back(
-      {901, 0, "tcp", "ESTABLISHED", "127.0.0.1:29500", "127.0.0.1:40000", 0, 0, 902, true});
-  b.s.sockets.push_back(
-      {902, 0, "tcp", "ESTABLISHED", "127.0.0.1:40000", "127.0.0.1:29500", 0, 0, 901, true});
+  b.tcp_listen(900, "0.0.0.0:29500");
+  b.tcp_pair(901, 29500, 902, 40000);
   return b;
 }
 
@@ -132,6 +130,88 @@ TEST(RendezvousWait, ARankInTheStoresWaitForWorkersCountsWhoJoined) {
                                                    py("main", "/job/train.py", 20)};
   joined.s.processes[0].threads[0].native_stack.clear();
   EXPECT_EQ(find_kind(diagnose(joined.s), "rendezvous-wait"), nullptr);
+}
+
+TEST(LauncherRendezvous, TorchrunsOptionsBeforeTheProgramsOwn) {
+  auto r = launcher_rendezvous("python3",
+                               "/usr/bin/python3 -u -m torch.distributed.run --nnodes 2 --node_rank 0 "
+                               "--nproc_per_node 2 --master_addr 10.0.0.5 --master_port 29511 train.py "
+                               "--nnodes 7 --rdzv_backend c10d");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->nnodes, "2");
+  EXPECT_EQ(r->backend, "static");
+  EXPECT_EQ(r->endpoint, "10.0.0.5:29511");
+  EXPECT_EQ(r->fixed_nodes(), 2);
+
+  r = launcher_rendezvous(
+      "torchrun",
+      "/usr/local/bin/torchrun --nnodes=1:4 --rdzv-backend=c10d --rdzv-endpoint=node0:29400 "
+      "--standalone_not_an_option=x train.py");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->nnodes, "1:4");
+  EXPECT_EQ(r->backend, "c10d");
+  EXPECT_EQ(r->endpoint, "node0:29400");
+  EXPECT_FALSE(r->fixed_nodes());  // elastic: any of 1 to 4
+
+  r = launcher_rendezvous("torchrun", "torchrun --standalone --nproc_per_node=8 train.py");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->backend, "c10d");
+  EXPECT_EQ(r->endpoint, "localhost:29400");
+  EXPECT_EQ(r->fixed_nodes(), 1);  // "1:1"
+
+  r = launcher_rendezvous("python3",
+                          "python3 -m torch.distributed.launch --nproc_per_node 2 --use_env train.py");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->endpoint, "127.0.0.1:29500");
+  EXPECT_EQ(r->nnodes, "1:1");
+
+  EXPECT_FALSE(launcher_rendezvous("python3", "python3 train.py --nnodes 2"));
+  EXPECT_FALSE(launcher_rendezvous("python3", "python3 -m torch.distributed.other --nnodes 2"));
+  EXPECT_FALSE(launcher_rendezvous("", ""));
+  EXPECT_FALSE((LauncherRendezvous{"0", "static", "x"}.fixed_nodes()));
+  EXPECT_FALSE((LauncherRendezvous{"2:x", "static", "x"}.fixed_nodes()));
+  EXPECT_EQ((LauncherRendezvous{"3:3", "static", "x"}.fixed_nodes()), 3);
+}
+
+// torchrun's agent on node 0 of 2 (static backend): before it starts any
+// rank its TCPStore waits for node 1's agent, which never comes.
+TEST(RendezvousWait, ALaunchersAgentWaitingForANodeSaysWhichRendezvous) {
+  SnapshotBuilder b(100);
+  ProcessInfo& agent = b.proc(100, 1, ProcessRole::Target);
+  agent.cmdline =
+      "/usr/bin/python3 -u -m torch.distributed.run --nnodes 2 --node_rank 0 --master_addr 127.0.0.1 "
+      "--master_port 29511 train.py";
+  agent.age_s = 30;
+  ThreadInfo& t = b.thread(100, 100, 'S', 0.004);
+  in_syscall(t, HT_NR_clock_nanosleep, {0, 0, 0x7000, 0});
+  t.memory.timeout_s = 0.01;
+  const std::string rdzv = "/x/torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py";
+  t.python_stack = {
+      py("StaticTCPRendezvous.next_rendezvous", rdzv, 55),
+      py("SimpleElasticAgent._rendezvous", "/x/torch/distributed/elastic/agent/server/api.py", 469),
+      py("main", "/x/torch/distributed/run.py", 762)};
+  t.native_stack = {native("c10d::TCPStore::waitForWorkers()", "/x/libtorch_cpu.so", 0x1000, 0x1000, "")};
+  b.fd(100, 5, FdKind::Socket, 900);
+  b.fd(100, 6, FdKind::Socket, 901);
+  b.fd(100, 7, FdKind::Socket, 902);
+  b.tcp_listen(900, "0.0.0.0:29511");
+  b.tcp_pair(901, 29511, 902, 40000);
+
+  Diagnosis d = diagnose(b.s);
+  const Finding* f = find_kind(d, "rendezvous-wait");
+  ASSERT_NE(f, nullptr) << d.verdict.summary;
+  EXPECT_EQ(d.findings.front().kind, FindingKind::RendezvousWait) << d.verdict.summary;
+  EXPECT_EQ(f->severity, Severity::Critical);
+  EXPECT_EQ(f->details["launcher"]["nnodes"], "2");
+  EXPECT_EQ(f->details["launcher"]["backend"], "static");
+  EXPECT_EQ(f->details["launcher"]["endpoint"], "127.0.0.1:29511");
+  EXPECT_NE(f->summary.find("torch.distributed.run's rendezvous (static at 127.0.0.1:29511, --nnodes 2"),
+            std::string::npos)
+      << f->summary;
+  EXPECT_NE(f->summary.find("accepted 1 connection of 2 nodes"), std::string::npos) << f->summary;
+  EXPECT_NE(f->summary.find("nodes that should have joined have not"), std::string::npos) << f->summary;
+  ASSERT_FALSE(f->advice.empty());
+  EXPECT_NE(f->advice.front().find("--node_rank"), std::string::npos) << f->advice.front();
 }
 
 // Rank 0 stopped in pdb reading stdin (a pipe the launcher holds and never

@@ -161,6 +161,18 @@ struct SnapshotBuilder {
                                   : "socket:[" + std::to_string(inode) + "]";
     find(pid)->fds.push_back(f);
   }
+  // A TCP socket listening on `local` ("0.0.0.0:29500").
+  void tcp_listen(uint64_t inode, const std::string& local) {
+    s.sockets.push_back({inode, 0, "tcp", "LISTEN", local, "0.0.0.0:0", 0, 0, 0, false});
+  }
+  // A loopback TCP connection: socket `a` at 127.0.0.1:`port_a`, `b` at
+  // 127.0.0.1:`port_b`, each the other's peer.
+  void tcp_pair(uint64_t a, int port_a, uint64_t b, int port_b) {
+    const std::string at_a = "127.0.0.1:" + std::to_string(port_a),
+                      at_b = "127.0.0.1:" + std::to_string(port_b);
+    s.sockets.push_back({a, 0, "tcp", "ESTABLISHED", at_a, at_b, 0, 0, b, true});
+    s.sockets.push_back({b, 0, "tcp", "ESTABLISHED", at_b, at_a, 0, 0, a, true});
+  }
   // An fd of `pid` open on the file `path` (inode on device 254:0).
   FdEntry& file_fd(int pid, int fd, const std::string& path, uint64_t inode, uint32_t flags = O_RDWR) {
     FdEntry f;

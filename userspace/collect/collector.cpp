@@ -321,6 +321,9 @@ Result<Snapshot> Collector::run() {
   }
   collect_shm();
   assemble_sockets();
+  // After both: the spawn index is in the stacks, whether the group leaves
+  // this host in the sockets.
+  ranks_from_spawn_frames(snap_);
   if (options_.read_kernel_log && options_.proc_root == "/proc") {
     KernelLogRead log = read_kernel_log();
     snap_.kernel_events = kernel_log_events(log.records);

@@ -48,6 +48,13 @@ PyOffsets offsets_frame_objects(int minor) {
   o.frame_code = 32;
   o.frame_lasti = minor == 10 ? 96 : 104;
   o.frame_read_size = o.frame_lasti + 4;
+  // f_localsplus follows f_blockstack[CO_MAXBLOCKS] (20 PyTryBlocks of 12
+  // bytes) after f_iblock and f_executing (3.8/3.9) or f_state (3.10).
+  o.frame_localsplus = minor == 10 ? 352 : 360;
+  // PyLongObject: PyObject_VAR_HEAD (ob_size the signed digit count), digits.
+  o.long_tag = 16;
+  o.long_tag_is_size = true;
+  o.long_digit = 24;
   o.code_firstlineno = 40;
   o.code_filename = 104;
   o.code_name = 112;

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <unordered_set>
 
+#include "hangtrace/collectives.h"
 #include "procmem.h"
+#include "python_objects.h"
 #include "python_stacks.h"  // the line-table decoders
 
 namespace hangtrace::python {
@@ -199,6 +202,18 @@ int64_t Walker::refcount(uint64_t object) {
   return n >= 0 && n < (int64_t{1} << 40) ? n : -1;
 }
 
+std::optional<int64_t> Walker::int_argument(uint64_t frame, int position) {
+  if (!o_.frame_localsplus || !o_.long_digit || position < 0 || position > 255) return std::nullopt;
+  auto slot = read_ptr(frame + o_.frame_localsplus + 8 * static_cast<uint64_t>(position), "frame local");
+  if (!slot) return std::nullopt;
+  const uint64_t object = o_.stack_refs ? stack_ref_object(*slot) : *slot;
+  if (!plausible_pointer(object)) return std::nullopt;
+  ObjectReader objects(*this);
+  auto value = objects.unsigned_int(object);
+  if (!value || *value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+  return static_cast<int64_t>(*value);
+}
+
 Result<std::vector<UserFrame>> Walker::stack(const std::vector<uint8_t>& tstate) {
   std::vector<UserFrame> frames;
   uint64_t frame = 0;
@@ -231,6 +246,8 @@ Result<std::vector<UserFrame>> Walker::stack(const std::vector<uint8_t>& tstate)
     }
     auto uf = frame_of(*f);
     if (!uf) return make_error(uf.error());
+    if (int position = identity_argument_position(uf->file, uf->function); position >= 0)
+      uf->argument = int_argument(frame, position);
     frames.push_back(std::move(*uf));
     frame = next;
   }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -89,6 +90,10 @@ class Walker {
   Result<std::vector<UserFrame>> stack(const std::vector<uint8_t>& tstate);
 
  private:
+  // Argument `position` of the frame at `frame` (a function's parameters are
+  // its first locals) when it is a non-negative int; nullopt otherwise.
+  std::optional<int64_t> int_argument(uint64_t frame, int position);
+
   const MemoryReader& mem_;
   const PyOffsets& o_;
   std::unordered_map<uint64_t, CodeInfo> codes_;

@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
+#include <limits>
 #include <vector>
 
 namespace hangtrace {
@@ -241,6 +243,49 @@ RankIdentity parse_rank_environment(std::string_view environ_bytes) {
   return none;
 }
 
+int identity_argument_position(std::string_view file, std::string_view function) {
+  // _wrap(fn, i, args, error_queues) in 1.x, _wrap(fn, i, args, error_file) in 2.x.
+  if (function == "_wrap" && ends_with(file, "/torch/multiprocessing/spawn.py")) return 1;
+  return -1;
+}
+
+namespace {
+
+// The spawn index the outermost _wrap frame of any of `p`'s threads read.
+std::optional<int> spawn_index(const ProcessInfo& p) {
+  for (const auto& t : p.threads)
+    for (auto f = t.python_stack.rbegin(); f != t.python_stack.rend(); ++f)
+      if (f->argument && identity_argument_position(f->file, f->function) == 1 &&
+          *f->argument <= std::numeric_limits<int>::max())
+        return static_cast<int>(*f->argument);
+  return std::nullopt;
+}
+
+// Whether a TCP connection of `p` goes to another host.
+bool connected_off_host(const Snapshot& snap, const ProcessInfo& p) {
+  for (const auto& fd : p.fds) {
+    if (fd.kind != FdKind::Socket) continue;
+    const SocketInfo* s = snap.socket(fd.inode);
+    if (s && starts_with(s->family, "tcp") && s->state == "ESTABLISHED" && !s->remote_is_local_host)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void ranks_from_spawn_frames(Snapshot& snap) {
+  for (auto& p : snap.processes) {
+    if (p.rank || p.role == ProcessRole::Peer) continue;
+    const auto index = spawn_index(p);
+    if (!index) continue;
+    p.local_rank = *index;
+    if (connected_off_host(snap, p)) continue;
+    p.rank = *index;
+    p.rank_source = std::string(kSpawnIndexSource);
+  }
+}
+
 std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread) {
   std::string backend;
   const NativeOp* op_from_native = nullptr;
@@ -268,6 +313,77 @@ std::optional<CollectiveCall> collective_in_progress(const ThreadInfo& thread) {
   if (op_from_native)
     return CollectiveCall{std::string(op_from_native->op), backend, native_evidence(*op_frame)};
   return std::nullopt;
+}
+
+std::optional<int> LauncherRendezvous::fixed_nodes() const {
+  const size_t colon = nnodes.find(':');
+  const auto low = parse_non_negative(std::string_view(nnodes).substr(0, colon));
+  if (!low || *low == 0) return std::nullopt;
+  if (colon == std::string::npos) return low;
+  const auto high = parse_non_negative(std::string_view(nnodes).substr(colon + 1));
+  return high == low ? low : std::nullopt;
+}
+
+std::optional<LauncherRendezvous> launcher_rendezvous(std::string_view comm, std::string_view cmdline) {
+  std::vector<std::string_view> words;
+  for (size_t i = 0; i < cmdline.size() && words.size() < 256;) {
+    size_t end = cmdline.find(' ', i);
+    if (end == std::string_view::npos) end = cmdline.size();
+    if (end > i) words.push_back(cmdline.substr(i, end - i));
+    i = end + 1;
+  }
+  // Where the launcher's own options begin.
+  size_t first = 0;
+  if (!words.empty() && (comm == "torchrun" || ends_with(words[0], "/torchrun") || words[0] == "torchrun")) {
+    first = 1;
+  } else {
+    for (size_t i = 0; i + 1 < words.size() && !first; ++i)
+      if (words[i] == "-m" &&
+          (words[i + 1] == "torch.distributed.run" || words[i + 1] == "torch.distributed.launch"))
+        first = i + 2;
+  }
+  if (!first) return std::nullopt;
+  // Options that take no value; every other --option does (as its next
+  // word, or after '='). The first other word is the program: its options
+  // are its own.
+  static constexpr std::array<std::string_view, 10> kFlags = {
+      "--standalone", "--no_python", "--no-python", "--run_path", "--run-path",
+      "-m",           "--module",    "--use_env",   "--use-env",  "--"};
+  LauncherRendezvous r;
+  std::string addr = "127.0.0.1", port = "29500";
+  bool standalone = false;
+  for (size_t i = first; i < words.size(); ++i) {
+    std::string_view w = words[i];
+    if (!starts_with(w, "-")) break;
+    if (w == "--") break;
+    if (std::find(kFlags.begin(), kFlags.end(), w) != kFlags.end()) {
+      standalone = standalone || w == "--standalone";
+      continue;
+    }
+    std::string_view name = w, value;
+    if (size_t eq = w.find('='); eq != std::string_view::npos) {
+      name = w.substr(0, eq);
+      value = w.substr(eq + 1);
+    } else if (i + 1 < words.size()) {
+      value = words[++i];
+    }
+    // --rdzv-backend and --rdzv_backend are one option.
+    std::string key(name.substr(std::min(name.find_first_not_of('-'), name.size())));
+    std::replace(key.begin(), key.end(), '-', '_');
+    if (key == "nnodes") r.nnodes = value;
+    if (key == "rdzv_backend") r.backend = value;
+    if (key == "rdzv_endpoint") r.endpoint = value;
+    if (key == "master_addr") addr = value;
+    if (key == "master_port") port = value;
+  }
+  if (r.nnodes.empty()) r.nnodes = "1:1";
+  if (standalone) {
+    r.backend = "c10d";
+    r.endpoint = "localhost:29400";
+  }
+  if (r.backend.empty()) r.backend = "static";
+  if (r.endpoint.empty()) r.endpoint = addr + ":" + port;
+  return r;
 }
 
 std::optional<RendezvousCall> rendezvous_in_progress(const ThreadInfo& thread) {

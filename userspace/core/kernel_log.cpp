@@ -84,6 +84,13 @@ const char* kernel_log_event_name(KernelLogEvent::Kind kind) {
   return "?";
 }
 
+std::optional<KernelLogEvent::Kind> kernel_log_event_kind(std::string_view name) {
+  using Kind = KernelLogEvent::Kind;
+  for (int k = 0; k <= static_cast<int>(Kind::GpuXid); ++k)
+    if (name == kernel_log_event_name(static_cast<Kind>(k))) return static_cast<Kind>(k);
+  return std::nullopt;
+}
+
 std::optional<KernelLogRecord> parse_kmsg_record(std::string_view raw) {
   const size_t semi = raw.find(';');
   if (semi == std::string_view::npos) return std::nullopt;

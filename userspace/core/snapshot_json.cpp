@@ -1,6 +1,7 @@
 #include "hangtrace/snapshot_json.h"
 
 #include "hangtrace/json_values.h"
+#include "kernel_log_json.h"
 
 #include "hangtrace/text.h"
 
@@ -30,10 +31,13 @@ json user_frame_to_json(const UserFrame& f) {
     j["line"] = f.line;
   }
   if (f.python_entry) j["python_entry"] = true;
+  if (f.argument) j["argument"] = *f.argument;
   return j;
 }
 
 using json_values::as;
+using json_values::get_if;
+using json_values::get_opt;
 using json_values::nullable;
 
 template <class T>
@@ -60,6 +64,7 @@ UserFrame user_frame_from_json(const json& j, UserFrame::Kind default_kind) {
   num("addr", f.addr);
   num("module_offset", f.module_offset);
   if (auto it = j.find("python_entry"); it != j.end() && it->is_boolean()) f.python_entry = it->get<bool>();
+  if (auto it = j.find("argument"); it != j.end() && it->is_number_integer()) f.argument = as<int64_t>(*it);
   return f;
 }
 
@@ -120,16 +125,6 @@ SyscallState::Mode mode_from(const std::string& s) {
   if (s == "syscall") return SyscallState::Mode::InSyscall;
   if (s == "user") return SyscallState::Mode::User;
   return SyscallState::Mode::Unknown;
-}
-
-template <class T>
-void get_opt(const json& j, const char* key, std::optional<T>& out) {
-  if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
-}
-
-template <class T>
-void get_if(const json& j, const char* key, T& out) {
-  if (j.contains(key) && !j.at(key).is_null()) out = as<T>(j.at(key));
 }
 
 // "dev": [major, minor] of a mapping or a mount.
@@ -198,22 +193,7 @@ json snapshot_to_json(const Snapshot& s) {
   j["root_parent"] = s.root_parent;
   j["local_addresses"] = s.local_addresses;
   j["limitations"] = s.limitations;
-  if (s.kernel_log_read_at_s > 0) {
-    json events = json::array();
-    for (const auto& e : s.kernel_events) {
-      json je = {{"kind", kernel_log_event_name(e.kind)},
-                 {"ts_us", e.ts_us},
-                 {"pid", e.pid},
-                 {"comm", e.comm},
-                 {"message", e.message}};
-      if (!e.memcg.empty()) je["memcg"] = e.memcg;
-      if (!e.oom_memcg.empty()) je["oom_memcg"] = e.oom_memcg;
-      if (e.limit_bytes) je["limit_bytes"] = *e.limit_bytes;
-      if (e.xid) je["xid"] = e.xid;
-      events.push_back(std::move(je));
-    }
-    j["kernel_log"] = {{"read_at_s", s.kernel_log_read_at_s}, {"events", std::move(events)}};
-  }
+  if (s.kernel_log_read_at_s > 0) j["kernel_log"] = kernel_log_to_json(s);
   json procs = json::array();
   for (const auto& p : s.processes) {
     json jp = {{"pid", p.pid},
@@ -438,35 +418,7 @@ Result<Snapshot> snapshot_from_json(const json& j) {
     get_if(j, "root_parent", s.root_parent);
     get_if(j, "local_addresses", s.local_addresses);
     get_if(j, "limitations", s.limitations);
-    if (j.contains("kernel_log") && j.at("kernel_log").is_object()) {
-      const json& kl = j.at("kernel_log");
-      get_if(kl, "read_at_s", s.kernel_log_read_at_s);
-      if (kl.contains("events") && kl.at("events").is_array())
-        for (const auto& je : kl.at("events")) {
-          if (s.kernel_events.size() >= kMaxKernelLogEvents) break;
-          KernelLogEvent e;
-          std::string kind;
-          get_if(je, "kind", kind);
-          bool known = false;
-          for (auto k : {KernelLogEvent::Kind::OomKill, KernelLogEvent::Kind::Segfault,
-                         KernelLogEvent::Kind::Trap, KernelLogEvent::Kind::HungTask,
-                         KernelLogEvent::Kind::MemoryFailure, KernelLogEvent::Kind::GpuXid})
-            if (kind == kernel_log_event_name(k)) {
-              e.kind = k;
-              known = true;
-            }
-          if (!known) continue;
-          get_if(je, "ts_us", e.ts_us);
-          get_if(je, "pid", e.pid);
-          get_if(je, "comm", e.comm);
-          get_if(je, "message", e.message);
-          get_if(je, "memcg", e.memcg);
-          get_if(je, "oom_memcg", e.oom_memcg);
-          get_opt(je, "limit_bytes", e.limit_bytes);
-          get_if(je, "xid", e.xid);
-          s.kernel_events.push_back(std::move(e));
-        }
-    }
+    if (auto it = j.find("kernel_log"); it != j.end()) kernel_log_from_json(*it, s);
     for (const auto& jp : j.at("processes")) {
       ProcessInfo p;
       p.pid = as<int>(jp.at("pid"));

@@ -21,6 +21,9 @@ Shapes (world size 2):
   mismatch     after one all_reduce, `if rank == 0: barrier() else:
                all_reduce()`: each waits in its own collective.
   healthy      all_reduce every 20 ms, for --seconds.
+  long-collective
+               all_reduce of --mib MiB of floats, one after another, for
+               --seconds: each takes long (1 GiB: ~1 s), moving data all along.
   oom          after one all_reduce rank 1 forks a helper (it keeps rank 1's
                gloo sockets) and allocates until its memory cgroup's OOM
                killer takes it (run the job in a limited cgroup); rank 0
@@ -28,7 +31,8 @@ Shapes (world size 2):
 
 Each rank writes "RANK rank=<r> pid=<pid> ppid=<ppid> state=<state>" in one
 write(2) (the ranks share stdout) right before it blocks: state "joining"
-before init_process_group, "stepping" for healthy, "allocating" (with
+before init_process_group, "stepping" for healthy and long-collective (with
+collective_s=<the first all_reduce's seconds> for the latter), "allocating" (with
 helper=<pid>) for oom's rank 1, "stopped" for the others. The plain launcher
 writes "EXITED pid=<pid> status=<wait status>" as it reaps each rank. gloo's timeout is 10 minutes: nothing ends during a test.
 """
@@ -50,7 +54,7 @@ def marker(rank, state, extra=""):
     say("RANK rank=%d pid=%d ppid=%d state=%s%s" % (rank, os.getpid(), os.getppid(), state, extra))
 
 
-def run_rank(rank, shape, seconds):
+def run_rank(rank, shape, seconds, mib):
     import torch
     import torch.distributed as dist
 
@@ -71,6 +75,17 @@ def run_rank(rank, shape, seconds):
             time.sleep(0.02)
         dist.barrier()
         return
+    if shape == "long-collective":
+        big = torch.ones(mib << 18)  # floats
+        end = time.monotonic() + seconds
+        step = 0
+        while time.monotonic() < end:
+            started = time.monotonic()
+            dist.all_reduce(big)
+            step += 1
+            if step == 1:
+                marker(rank, "stepping", " collective_s=%.2f" % (time.monotonic() - started))
+        return
     if shape == "oom" and rank == 1:
         helper = os.fork()
         if helper == 0:                # keeps rank 1's sockets open after it dies
@@ -90,27 +105,28 @@ def run_rank(rank, shape, seconds):
         dist.all_reduce(grad)
 
 
-def spawned(index, shape, seconds):
-    run_rank(index, shape, seconds)
+def spawned(index, shape, seconds, mib):
+    run_rank(index, shape, seconds, mib)
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("shape", choices=["never-joins", "pdb", "mismatch", "healthy", "oom"])
+    parser.add_argument("shape", choices=["never-joins", "pdb", "mismatch", "healthy", "long-collective", "oom"])
     parser.add_argument("--launcher", choices=["plain", "spawn", "torchrun", "rank"], default="plain")
     parser.add_argument("--start", default="0,1", help="plain: the ranks started")
     parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--mib", type=int, default=256, help="long-collective: MiB each all_reduce moves")
     parser.add_argument("--port", type=int, required=True, help="plain, spawn: the rendezvous port (free)")
     args, tag = parser.parse_known_args()   # extra words: a tag for pgrep -f
 
     if args.launcher == "torchrun":
-        run_rank(int(os.environ["RANK"]), args.shape, args.seconds)
+        run_rank(int(os.environ["RANK"]), args.shape, args.seconds, args.mib)
     elif args.launcher == "rank":        # a child of the plain launcher
-        run_rank(int(os.environ["SLURM_PROCID"]), args.shape, args.seconds)
+        run_rank(int(os.environ["SLURM_PROCID"]), args.shape, args.seconds, args.mib)
     elif args.launcher == "spawn":
         import torch.multiprocessing as mp
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-        mp.spawn(spawned, args=(args.shape, args.seconds), nprocs=WORLD)
+        mp.spawn(spawned, args=(args.shape, args.seconds, args.mib), nprocs=WORLD)
     else:
         port = str(args.port)
         ranks = []
@@ -118,7 +134,8 @@ def main():
             env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_NTASKS=str(WORLD), SLURM_LOCALID=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
             ranks.append(subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), args.shape,
-                                           "--launcher", "rank", "--seconds", str(args.seconds), "--port", port] + tag,
+                                           "--launcher", "rank", "--seconds", str(args.seconds), "--port", port,
+                                           "--mib", str(args.mib)] + tag,
                                           env=env, stdin=subprocess.PIPE))
         for _ in ranks:
             pid, status = os.wait()

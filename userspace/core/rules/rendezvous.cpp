@@ -81,17 +81,22 @@ std::vector<Finding> rendezvous_findings(const RuleContext& ctx) {
     const std::string who =
         p.rank ? fmt::format("rank {} (pid {})", *p.rank, p.pid) : ctx.thread_label(in->tid);
     const std::vector<StoreSide> stores = served_stores(ctx, p);
+    // A launcher's agent joins its own rendezvous, of nodes, before it
+    // starts any rank: its command line says for how many and where.
+    const std::optional<LauncherRendezvous> launcher = launcher_rendezvous(p.comm, p.cmdline);
+    const std::optional<int> nodes = launcher ? launcher->fixed_nodes() : std::nullopt;
+    const std::string members = launcher ? "nodes" : "ranks";
     std::string joined;
     nlohmann::json store_json = nullptr;
     // The store master counts its ranks' connections; a rank that only
     // connects to it sees nothing of the others.
     if (call->store_master && stores.size() == 1) {
       const StoreSide& s = stores.front();
-      joined = p.world_size
-                   ? fmt::format("the store on port {} has accepted {} connection{} of world size {}", s.port,
-                                 s.accepted, s.accepted == 1 ? "" : "s", *p.world_size)
-                   : fmt::format("the store on port {} has accepted {} connection{}", s.port, s.accepted,
-                                 s.accepted == 1 ? "" : "s");
+      const std::string of = p.world_size ? fmt::format(" of world size {}", *p.world_size)
+                             : nodes      ? fmt::format(" of {} nodes", *nodes)
+                                          : std::string();
+      joined = fmt::format("the store on port {} has accepted {} connection{}{}", s.port, s.accepted,
+                           s.accepted == 1 ? "" : "s", of);
       store_json = {{"port", s.port}, {"accepted", s.accepted}};
       f.evidence.push_back(fmt::format("{} listens on port {} (the TCPStore) with {} accepted connection{}",
                                        who, s.port, s.accepted, s.accepted == 1 ? "" : "s"));
@@ -107,10 +112,12 @@ std::vector<Finding> rendezvous_findings(const RuleContext& ctx) {
       here.push_back(fmt::format("rank {}{}", *q.rank, joining ? "" : " (past init)"));
     }
     const std::string since = age ? fmt::format("for up to {}", format_seconds(*age)) : "";
-    f.summary = fmt::format(
-        "{} is still joining its process group ({}){}{}: ranks that should have joined "
-        "have not",
-        who, call->stage, since.empty() ? "" : " ", since);
+    const std::string what =
+        launcher ? fmt::format("{}'s rendezvous ({} at {}, --nnodes {}; {})", jobs::program_of(p.cmdline),
+                               launcher->backend, launcher->endpoint, launcher->nnodes, call->stage)
+                 : fmt::format("its process group ({})", call->stage);
+    f.summary = fmt::format("{} is still joining {}{}{}: {} that should have joined have not", who, what,
+                            since.empty() ? "" : " ", since, members);
     if (!joined.empty()) f.summary += fmt::format(" ({})", joined);
     f.evidence.push_back(
         fmt::format("{} is in {}: {}", ctx.thread_label(in->tid), call->stage, call->evidence));
@@ -125,7 +132,8 @@ std::vector<Finding> rendezvous_findings(const RuleContext& ctx) {
     f.chain.push_back({ctx.thread_label(in->tid), "waits in", call->stage});
     f.chain.push_back({call->stage, "needs",
                        p.world_size ? fmt::format("every rank of world size {} to join", *p.world_size)
-                                    : std::string("every rank to join")});
+                       : nodes      ? fmt::format("every node of {} to join", *nodes)
+                                    : fmt::format("every {} to join", launcher ? "node" : "rank")});
     f.chain_tids = {in->tid};
     // Its poll loop (TCPStore::waitForWorkers checks every 10 ms) burns a
     // little CPU: that is waiting, not progress.
@@ -142,15 +150,29 @@ std::vector<Finding> rendezvous_findings(const RuleContext& ctx) {
                  {"store", store_json},
                  {"ranks_here", present},
                  {"age_s", age ? nlohmann::json(*age) : nlohmann::json(nullptr)}};
-    f.advice = {
-        "A rank has not reached init_process_group: check that every node and process of the job started "
-        "(the "
-        "launcher's or scheduler's log for the missing ranks: a node that did not come up, a crash or hang "
-        "before init), that WORLD_SIZE matches the ranks launched, and that every rank reaches "
-        "MASTER_ADDR:MASTER_PORT (firewall, GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME).",
-        "Give init_process_group a timeout (timeout=datetime.timedelta(minutes=...)) so a missing rank fails "
-        "the job with its name instead of hanging.",
-    };
+    if (launcher)
+      f.details["launcher"] = {
+          {"nnodes", launcher->nnodes}, {"backend", launcher->backend}, {"endpoint", launcher->endpoint}};
+    if (launcher)
+      f.advice.push_back(fmt::format(
+          "A node has not joined the launcher's rendezvous at {}: start {} on every node of the {} with the "
+          "same --rdzv_endpoint (or --master_addr/--master_port) and --nnodes{}, and check that each "
+          "reaches {} (firewall, the address resolving to this host).",
+          launcher->endpoint, jobs::program_of(p.cmdline), launcher->nnodes,
+          launcher->backend == "static" ? ", each with its own --node_rank" : "", launcher->endpoint));
+    f.advice.insert(
+        f.advice.end(),
+        {
+            "A rank has not reached init_process_group: check that every node and process of the job started "
+            "(the "
+            "launcher's or scheduler's log for the missing ranks: a node that did not come up, a crash or "
+            "hang "
+            "before init), that WORLD_SIZE matches the ranks launched, and that every rank reaches "
+            "MASTER_ADDR:MASTER_PORT (firewall, GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME).",
+            "Give init_process_group a timeout (timeout=datetime.timedelta(minutes=...)) so a missing rank "
+            "fails "
+            "the job with its name instead of hanging.",
+        });
     out.push_back(std::move(f));
   }
   return out;
