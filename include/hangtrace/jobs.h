@@ -127,6 +127,10 @@ bool is_multiprocessing_exec_child(std::string_view cmdline);
 // A launcher of ranks (torchrun, python -m torch.distributed.run,
 // accelerate, deepspeed, mpirun, ...), by its comm or its command line.
 bool is_launcher_command(std::string_view comm, std::string_view cmdline);
+// A shell, or a program that runs one command and waits for it (timeout,
+// nice, env, numactl, taskset, sudo, ...), by its comm: when it waits only
+// for its one child, the job's progress is the child's.
+bool is_command_wrapper(std::string_view comm);
 
 // What `pid` is in the job, for a line to the user: "the job's main process",
 // "a DataLoader worker of job 8974", "rank 1 (local rank 1) of job 8970",

@@ -342,6 +342,13 @@ struct ProcessInfo {
   // The pid in each pid namespace, the host's first and the container's last
   // (/proc/PID/status NSpid); empty when unknown, one entry outside containers.
   std::vector<int> ns_pids;
+  // /proc/PID/status SigCgt (the signals it has a handler for) and SigBlk
+  // (those its main thread blocks now; inside sigsuspend, the mask it waits
+  // with): bit N-1 for signal N; unset when not read.
+  std::optional<uint64_t> signals_caught, main_signals_blocked;
+  // Whether a child's exit ends its main thread's pause or sigsuspend: it
+  // catches SIGCHLD and does not block it. False when unknown.
+  bool woken_by_child_exit() const;
   // The container and pod it runs in, from its cgroup path ("" when none).
   std::string container_runtime, container_id, pod_uid;
   // The cgroup whose freezer holds it frozen ("freezer:/path" for v1's

@@ -73,6 +73,9 @@ struct ProcStatus {
   // kMaxPidNamespaceDepth (the kernel's MAX_PID_NS_LEVEL).
   std::vector<int> ns_pids;
   int tracer_pid = 0;  // TracerPid: the ptrace tracer (a debugger, strace), 0 when none
+  // SigCgt: the signals with a handler (bit N-1 for signal N); SigBlk: the
+  // signals this task blocks now -- inside sigsuspend, the mask it waits with.
+  std::optional<uint64_t> signals_caught, signals_blocked;
 };
 constexpr size_t kMaxPidNamespaceDepth = 32;
 // Needs at least Name, Tgid and PPid; the other keys are optional.

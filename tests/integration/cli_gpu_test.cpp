@@ -150,8 +150,9 @@ TEST(CliGpu, AttachedAfterTheSynchronizeBeganFindsItInTheStack) {
 // cuStreamSynchronize the stub holds 10 ms spinning and 20 ms asleep, as the
 // driver does for a kernel still running. The profile's "gpu" share of the
 // main thread is the time the job logged inside the synchronize (±10
-// points): neither the spin (on a CPU) nor the sleep (a timed wait) counts
-// as what it looks like from outside the call.
+// points; less what it spent there waiting for a CPU, on a busy machine):
+// neither the spin (on a CPU) nor the sleep (a timed wait) counts as what it
+// looks like from outside the call.
 TEST(CliGpu, TimeInsideASynchronizeIsTheProfilesGpuShareSpunOrSlept) {
   HANGTRACE_REQUIRE_BPF();
   Scratch s;
@@ -188,14 +189,23 @@ TEST(CliGpu, TimeInsideASynchronizeIsTheProfilesGpuShareSpunOrSlept) {
   };
   std::fprintf(stderr, "gpu share: measured %.3f, reported %.3f (on-cpu %.3f, sleep %.3f)\n", measured,
                share("gpu"), share("on-cpu"), share("sleep"));
-  EXPECT_NEAR(share("gpu"), measured, 0.10) << main->dump(1);
-  EXPECT_LE(share("on-cpu") + share("runnable"), 1.0 - measured + 0.10) << main->dump(1);
+  // On a busy machine part of the time inside the synchronize is spent
+  // waiting for a CPU (runnable: a CPU shortage, not the GPU's share): the
+  // GPU's share is never more than the job logged, and with the runnable
+  // time it covers all of it (CI's hog run: measured 0.695, gpu 0.589,
+  // runnable 0.411).
+  EXPECT_LE(share("gpu"), measured + 0.10) << main->dump(1);
+  EXPECT_GE(share("gpu") + share("runnable"), measured - 0.10) << main->dump(1);
+  EXPECT_LE(share("on-cpu"), 1.0 - measured + 0.10) << main->dump(1);
   EXPECT_LT(share("sleep"), 0.05) << main->dump(1);
-  ASSERT_FALSE((*main)["causes"].empty());
-  const auto& top = (*main)["causes"][0];
-  EXPECT_EQ(top["cause"], "gpu") << main->dump(1);
-  ASSERT_FALSE(top["objects"].empty()) << main->dump(1);
-  EXPECT_EQ(top["objects"][0]["what"], "cuStreamSynchronize") << main->dump(1);
+  // The top cause besides waiting for a CPU is the GPU.
+  const nlohmann::json* top = nullptr;
+  for (const auto& c : (*main)["causes"])
+    if (c["cause"] != "runnable" && !top) top = &c;
+  ASSERT_NE(top, nullptr) << main->dump(1);
+  EXPECT_EQ((*top)["cause"], "gpu") << main->dump(1);
+  ASSERT_FALSE((*top)["objects"].empty()) << main->dump(1);
+  EXPECT_EQ((*top)["objects"][0]["what"], "cuStreamSynchronize") << main->dump(1);
 }
 
 }  // namespace

@@ -185,10 +185,13 @@ class Workload:
         self._reader.start()
 
     def _read(self):
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.append(line)
-            self._queue.put(line)
+        try:
+            for raw in self.proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.lines.append(line)
+                self._queue.put(line)
+        except (ValueError, OSError):
+            pass  # kill() closed the pipe under the read (CPython raises ValueError there)
         self._queue.put(None)             # EOF
 
     def wait_for_line(self, prefix, timeout=120.0):
@@ -756,6 +759,26 @@ def start_gloo_ranks(steps=3):
     return job, marker
 
 
+def _why_no_rank(job, logs):
+    """The tail of each file under torchrun's --log_dir `logs`, and
+    hangtrace's text report on the job, for a start that failed."""
+    out = []
+    for root, _, files in os.walk(logs or "/nonexistent"):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, os.path.getsize(path) - 2048))
+                    out.append("--- %s ---\n%s" % (path, f.read().decode("utf-8", "replace")))
+            except OSError:
+                pass
+    if job.alive():
+        done = subprocess.run([hangtrace_bin(), "--pid", str(job.pid)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, timeout=120)
+        out.append("--- hangtrace --pid %d (exit %d) ---\n%s" % (job.pid, done.returncode, done.stdout[-6000:]))
+    return "\n".join(out)
+
+
 def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=(), options=(), stdin=None):
     """workloads/ranks.py SHAPE under `launcher` ("plain": a per-rank
     launcher with Slurm's variables, "spawn": torch.multiprocessing.spawn,
@@ -780,7 +803,12 @@ def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=(), optio
     job = test.start_argv(list(prefix) + argv + list(options) + ([tag] if tag else []), stdin=stdin)
     markers = {}
     for _ in ranks:
-        m = parse_marker(job.wait_for_line("RANK", timeout=180))
+        try:
+            m = parse_marker(job.wait_for_line("RANK", timeout=180))
+        except AssertionError as e:
+            # A torchrun job that started no rank in time (seen, rarely, in
+            # CI under load): what each rank logged, and what hangtrace says.
+            raise AssertionError("%s\n%s" % (e, _why_no_rank(job, logs if launcher == "torchrun" else None)))
         markers[m["rank"][0]] = m
     if shape == "never-joins":
         # Rank 0's store polls for its workers (no settled wait to see): the

@@ -11,7 +11,7 @@ import signal
 import unittest
 
 from scenario_support import (chain_text, PYTHON, ScenarioTestCase, _syscall_numbers, parse_marker, proc_state,
-                              requires_bpf_and_torch, wait_for, wait_until_blocked, workload)
+                              requires_bpf_and_torch, run_hangtrace_args, wait_for, wait_until_blocked, workload)
 
 SYS = _syscall_numbers()
 NOBODY = 65534
@@ -51,6 +51,28 @@ class WaitReleasers(ScenarioTestCase):
                 self.assertIn("kill %d" % holder, " ".join(first.get("advice", [])), report.dump())
                 holder_w.kill()
                 job.kill()
+
+    def test_a_file_lock_held_by_another_process_under_timeout(self):
+        # `timeout 600 python3 ...`, both pids given, as `--pid $(pgrep -f
+        # SCRIPT)` gives them (timeout's command line names the script too):
+        # one job whose root is timeout; timeout's wait for SIGCHLD hands the
+        # job to its child, whose flock wait is the finding.
+        path = os.path.join(self.dir, "timeout.lock")
+        holder_w = self.start("releasers.py", "lock-hold", "flock", path)
+        holder = parse_marker(holder_w.wait_for_line("READY"))["holder"][0]
+        job = self.start("releasers.py", "lock-take", "flock", path, wrapper=["timeout", "600"])
+        main = parse_marker(job.wait_for_line("READY"))["main"][0]
+        self.assertNotEqual(main, job.pid, "precondition: timeout forks its command")
+        wait_until_blocked(main, main_syscalls=[SYS["flock"]], settle=1.2)
+        report = run_hangtrace_args(["--pid", job.pid, main, "--json", "-", "--stall-after", "1"])
+        first = self.assertStalledOn(report, main, holder, [path, "peer %d" % holder])
+        self.assertEqual(first.get("kind"), "no-progress", report.dump())
+        self.assertIn("kill %d" % holder, " ".join(first.get("advice", [])), report.dump())
+        self.assertEqual(report.json["job"]["root_pid"], job.pid, "timeout is the job's root\n" + report.dump())
+        self.assertEqual(sorted(g["pid"] for g in report.json["job"]["given"]), sorted([job.pid, main]),
+                         "one job for both pids\n" + report.dump())
+        self.assertFalse([f for f in report.findings if job.pid in f.get("tids", [])],
+                         "timeout's own wait is no finding\n" + report.dump())
 
     def test_a_file_lock_held_outside_under_mp_spawn(self):
         # Another launcher: torch.multiprocessing.spawn's parent joins its

@@ -4,6 +4,9 @@
 // main thread that ran recently, is progress, which the verdict says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <csignal>
+
 #include "hangtrace/analysis.h"
 #include "snapshot_builder.h"
 
@@ -151,6 +154,59 @@ TEST(NoProgress, AWaitNothingModelsIsUnknownAndStillNotHealthy) {
   ASSERT_EQ(found.size(), 1u) << d.verdict.summary;
   EXPECT_NE(found.front()->summary.find("unknown"), std::string::npos) << found.front()->summary;
   EXPECT_NE(d.verdict.status, "ok");
+}
+
+// `timeout 3600 python3 train.py`: timeout (100) waits in sigsuspend for
+// SIGCHLD (it has a handler and the suspend mask lets it through, or
+// `blocks_sigchld`); its child 200 reads a pipe whose writer, peer 300,
+// sleeps.
+SnapshotBuilder under_timeout(bool blocks_sigchld) {
+  SnapshotBuilder b(100);
+  ProcessInfo& w = b.proc(100, 1, ProcessRole::Target, "timeout");
+  const uint64_t sigchld = uint64_t{1} << (SIGCHLD - 1), sigalrm = uint64_t{1} << (SIGALRM - 1);
+  w.signals_caught = sigchld | sigalrm;
+  w.main_signals_blocked = blocks_sigchld ? sigchld : 0;
+  ThreadInfo& t = b.thread(100, 100, 'S', 50.0);
+  testing::in_syscall(t, HT_NR_rt_sigsuspend, {0x7000, 8});
+  b.proc(200, 100, ProcessRole::Descendant);
+  ThreadInfo& m = b.thread(200, 200, 'S', 50.0);
+  testing::in_syscall(m, HT_NR_read, {3, 0, 4096});
+  b.fd(200, 3, FdKind::Pipe, kPipe, O_RDONLY);
+  b.proc(300, 1, ProcessRole::Peer, "producer");
+  ThreadInfo& r = b.thread(300, 300, 'S', 120.0);
+  testing::in_syscall(r, HT_NR_clock_nanosleep, {1, 0, 0x7000, 0});
+  r.memory.timeout_s = 3600;
+  b.fd(300, 4, FdKind::Pipe, kPipe, O_WRONLY);
+  return b;
+}
+
+TEST(NoProgress, AWrapperWaitingForItsChildHandsTheJobToIt) {
+  Diagnosis d = diagnose(under_timeout(false).s);
+  auto found = of_kind(d, FindingKind::NoProgress);
+  ASSERT_EQ(found.size(), 1u) << d.verdict.summary;
+  // The child's main thread is judged: its read on the pipe, the sleeping
+  // writer -- not timeout's wait for a signal.
+  EXPECT_EQ(found.front()->tids, (std::vector<int>{200})) << found.front()->summary;
+  EXPECT_NE(found.front()->summary.find("peer 300 (producer)"), std::string::npos) << found.front()->summary;
+  EXPECT_EQ(d.graph.threads.at(100).summary, "waits for a signal: a child's exit (SIGCHLD) or another");
+  EXPECT_NE(std::find(d.graph.threads.at(100).objects.begin(), d.graph.threads.at(100).objects.end(),
+                      "child-exit:100"),
+            d.graph.threads.at(100).objects.end());
+}
+
+TEST(NoProgress, AWrapperThatBlocksSigchldWaitsForASignalNobodyIsKnownToSend) {
+  Diagnosis d = diagnose(under_timeout(true).s);
+  EXPECT_EQ(d.graph.threads.at(100).summary, "waits for a signal");
+  auto found = of_kind(d, FindingKind::NoProgress);
+  ASSERT_EQ(found.size(), 1u) << d.verdict.summary;
+  EXPECT_EQ(found.front()->tids, (std::vector<int>{100})) << found.front()->summary;
+  // Nor is a trainer in Popen.wait() a wrapper: its own wait is the job's.
+  SnapshotBuilder trainer = under_timeout(false);
+  trainer.s.processes[0].comm = "python3";
+  Diagnosis own = diagnose(trainer.s);
+  found = of_kind(own, FindingKind::NoProgress);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found.front()->tids, (std::vector<int>{100})) << found.front()->summary;
 }
 
 TEST(NoProgress, UnderALauncherEachRanksMainThreadIsJudged) {

@@ -122,6 +122,19 @@ TEST(ProcfsStatus, NamespacePids) {
   EXPECT_FALSE(parse_status("Name:\tx\nTgid:\t5\nPPid:\t1\nNSpid:\t5\tq\n").ok());
 }
 
+// The signals with a handler and those blocked (in sigsuspend: its mask).
+TEST(ProcfsStatus, CaughtAndBlockedSignals) {
+  auto st = parse_status(
+      "Name:\ttimeout\nTgid:\t5\nPPid:\t1\nSigBlk:\t0000000000000000\nSigCgt:\t0000000180014a07\n");
+  ASSERT_TRUE(st.ok()) << st.error();
+  EXPECT_EQ(st->signals_caught, 0x180014a07u);
+  EXPECT_EQ(st->signals_blocked, 0u);
+  st = parse_status("Name:\tx\nTgid:\t5\nPPid:\t1\nSigCgt:\tzz\n");
+  ASSERT_TRUE(st.ok()) << st.error();
+  EXPECT_FALSE(st->signals_caught);  // unreadable: unknown, never "none"
+  EXPECT_FALSE(st->signals_blocked);
+}
+
 TEST(ProcfsStatus, ThreadWithColonInName) {
   auto st = parse_status(procfs_fixture("status_thread_weird_comm"));
   ASSERT_TRUE(st.ok()) << st.error();

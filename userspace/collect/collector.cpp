@@ -220,7 +220,11 @@ std::optional<ProcessInfo> Collector::collect_process(int pid, ProcessRole role)
     }
   }
   if (auto exe = proc_.exe(id)) p.exe = *exe;
-  if (auto status = proc_.status(id)) p.ns_pids = status->ns_pids;
+  if (auto status = proc_.status(id)) {
+    p.ns_pids = status->ns_pids;
+    p.signals_caught = status->signals_caught;
+    p.main_signals_blocked = status->signals_blocked;
+  }
   if (auto cgroup = proc_.cgroup(id)) {
     jobs::ContainerIdentity c = jobs::container_from_cgroup(*cgroup);
     p.container_runtime = std::move(c.runtime);

@@ -1,6 +1,8 @@
 // Lookups in a Snapshot, and which of two readings of a thread stands (model.h).
 #include "hangtrace/model.h"
 
+#include <csignal>
+
 #include <algorithm>
 #include <iterator>
 
@@ -13,6 +15,12 @@ const ThreadInfo* ProcessInfo::thread(int tid) const {
   for (const auto& t : threads)
     if (t.tid == tid) return &t;
   return nullptr;
+}
+
+bool ProcessInfo::woken_by_child_exit() const {
+  const uint64_t sigchld = uint64_t{1} << (SIGCHLD - 1);
+  return signals_caught && main_signals_blocked && (*signals_caught & sigchld) &&
+         !(*main_signals_blocked & sigchld);
 }
 
 const ProcessInfo* Snapshot::process(int pid) const {

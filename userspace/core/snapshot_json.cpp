@@ -220,6 +220,8 @@ json snapshot_to_json(const Snapshot& s) {
       jp["job_id_source"] = p.job_id_source;
     }
     if (!p.ns_pids.empty()) jp["ns_pids"] = p.ns_pids;
+    if (p.signals_caught) jp["signals_caught"] = *p.signals_caught;
+    if (p.main_signals_blocked) jp["main_signals_blocked"] = *p.main_signals_blocked;
     if (!p.python_gils.empty()) jp["python_gils"] = p.python_gils;
     if (!p.python_interpreter.empty()) jp["python_interpreter"] = p.python_interpreter;
     if (!p.container_id.empty() || !p.pod_uid.empty())
@@ -444,6 +446,8 @@ Result<Snapshot> snapshot_from_json(const json& j) {
       get_if(jp, "job_id", p.job_id);
       get_if(jp, "job_id_source", p.job_id_source);
       get_if(jp, "ns_pids", p.ns_pids);
+      get_opt(jp, "signals_caught", p.signals_caught);
+      get_opt(jp, "main_signals_blocked", p.main_signals_blocked);
       get_if(jp, "frozen_cgroup", p.frozen_cgroup);
       get_if(jp, "memory_cgroup", p.memory_cgroup);
       if (jp.contains("container") && jp.at("container").is_object()) {

@@ -353,6 +353,23 @@ std::string GraphBuilder::signal_object(const std::string& id, const std::string
   return o.id;
 }
 
+// A pause or sigsuspend of a process that catches SIGCHLD and does not block
+// it (a wrapper such as `timeout`, a supervisor): a child's exit ends it.
+// Released by its live children; a zombie one's signal has come already.
+// Empty when it has no live child in the snapshot.
+std::string GraphBuilder::child_exit_object(const ProcessInfo& p) {
+  std::vector<int> live;
+  for (int child : p.children)
+    if (const ProcessInfo* c = snap_.process(child); c && alive(*c)) live.push_back(child);
+  if (live.empty() || p.role == ProcessRole::Peer) return "";
+  WaitObject& o = object(fmt::format("child-exit:{}", p.pid), ObjectKind::Child,
+                         fmt::format("the exit of a child of {} (SIGCHLD)", p.pid));
+  if (o.releasers_certain) return o.id;
+  o.releasers_certain = true;
+  for (int child : live) add_releaser_process(o, child);
+  return o.id;
+}
+
 // wait4/waitid: released by the live children it waits for (a zombie one
 // ends the wait at once).
 std::string GraphBuilder::child_object(const ProcessInfo& p, const ThreadInfo& t) {

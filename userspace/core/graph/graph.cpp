@@ -361,6 +361,14 @@ void GraphBuilder::resolve_wait(const ProcessInfo& p, const ThreadInfo& t, const
       id = signal_object("signal", "a signal");
       blocked();
       w.summary = "waits for a signal";
+      // Its children's exits among them: SIGCHLD has a handler and is not
+      // blocked (/proc status SigCgt, SigBlk -- in sigsuspend, its mask).
+      if (t.tid == p.pid && p.woken_by_child_exit()) {
+        if (std::string exit = child_exit_object(p); !exit.empty()) {
+          w.objects.push_back(exit);
+          w.summary = "waits for a signal: a child's exit (SIGCHLD) or another";
+        }
+      }
       break;
     }
     default:

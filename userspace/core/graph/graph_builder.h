@@ -105,6 +105,7 @@ class GraphBuilder {
   std::string udp_server(const SocketInfo& s, WaitObject& o);
   std::string eventfd_object(const ProcessInfo& p, const FdEntry& f);
   std::string child_object(const ProcessInfo& p, const ThreadInfo& t);
+  std::string child_exit_object(const ProcessInfo& p);
   std::string pidfd_object(const ProcessInfo& p, const FdEntry& f);
   std::string signal_object(const std::string& id, const std::string& label);
   // Every live process in the snapshot holding an fd for which `pred` is true.

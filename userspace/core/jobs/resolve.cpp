@@ -83,8 +83,10 @@ struct NamedSet {
 
 // Processes a job runs under but that are not part of it. comm, not the
 // command line: reading a command line takes the process's mmap_lock.
+const std::initializer_list<std::string_view> kShells = {"bash", "sh",   "dash", "zsh", "fish",   "ksh",
+                                                         "mksh", "tcsh", "csh",  "ash", "busybox"};
 const NamedSet kBoundaries[] = {
-    {"a shell", {"bash", "sh", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"}},
+    {"a shell", kShells},
     {"a login session", {"sshd", "sudo", "su", "login", "agetty", "mosh-server", "dropbear", "doas"}},
     {"a terminal multiplexer", {"tmux: server", "tmux", "screen", "SCREEN", "zellij"}},
     {"a container runtime",
@@ -95,6 +97,14 @@ const NamedSet kBoundaries[] = {
      {"slurmstepd", "srun", "sbatch", "salloc", "pbs_mom", "sge_shepherd", "res", "flux-shell"}},
     {"a notebook server", {"jupyter-lab", "jupyter-noteboo", "jupyter-server", "jupyter"}},
 };
+
+// Programs that run one command and wait for it, part of the job they run
+// (`timeout 3600 python train.py`: `pgrep -f train` names timeout too).
+// sudo, su and doas are login sessions' (kBoundaries): the walk stops there.
+const std::initializer_list<std::string_view> kCommandWrappers = {
+    "timeout", "nice",  "ionice",  "env",    "numactl", "taskset", "chrt",
+    "stdbuf",  "nohup", "setsid",  "time",   "runuser", "setpriv", "unshare",
+    "nsenter", "flock", "prlimit", "cgexec", "xvfb-run"};
 
 // Launchers run a job's ranks: part of the job. By comm (a Python launcher
 // started by its script name has that name as comm) and by program (the
@@ -150,6 +160,8 @@ bool is_multiprocessing_exec_child(std::string_view cmdline) {
   return false;
 }
 
+bool is_command_wrapper(std::string_view comm) { return in(comm, kShells) || in(comm, kCommandWrappers); }
+
 bool is_launcher_command(std::string_view comm, std::string_view cmdline) {
   return in(comm, kLauncherComms) || in(program_of(cmdline), kLauncherPrograms);
 }
@@ -192,6 +204,7 @@ std::optional<std::string> walk_stops_at(const ProcFs& proc, int child, int pare
   // A container's init: what is above it lives in another pid namespace.
   if (pid_namespace_depth(proc, child) > pid_namespace_depth(proc, parent))
     return std::string("outside the job's pid namespace");
+  if (in(st->comm, kCommandWrappers)) return std::nullopt;
   if (in(st->comm, kLauncherComms)) return std::nullopt;
   auto parent_cmdline = cmdline_of(proc, parent, per_read);
   if (!parent_cmdline) return std::string("its command line could not be read");

@@ -100,6 +100,10 @@ Result<ProcStatus> parse_status(std::string_view text) {
       }
     } else if (key == "TracerPid") {
       if (auto v = parse_int<int>(value)) st.tracer_pid = *v;
+    } else if (key == "SigCgt") {
+      if (auto v = parse_u64(value, 16)) st.signals_caught = *v;
+    } else if (key == "SigBlk") {
+      if (auto v = parse_u64(value, 16)) st.signals_blocked = *v;
     } else if (key == "Threads") {
       if (auto v = parse_int<int>(value)) st.threads = *v;
     } else if (key == "voluntary_ctxt_switches") {

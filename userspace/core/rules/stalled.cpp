@@ -57,11 +57,44 @@ bool attends_to(const RuleContext& ctx, const ThreadWait& w, const WaitObject& o
   return false;
 }
 
+// Wrappers nested at most this deep (`sudo timeout 60 bash -c ...`).
+constexpr int kMaxWrapperDepth = 8;
+
+// A wrapper (a shell running one command, `timeout`, `sudo`) whose main
+// thread only waits for its child to exit: wait4/waitid, or a pause or
+// sigsuspend a child's exit ends. The job's progress is its child's. (A
+// trainer in Popen.wait() is no wrapper: its wait is the job's.)
+bool waits_for_its_children(const RuleContext& ctx, const ProcessInfo& p) {
+  if (!jobs::is_command_wrapper(p.comm)) return false;
+  const ThreadWait* w = ctx.wait_of(p.pid);
+  if (!w || w->objects.empty() || p.children.empty()) return false;
+  return std::any_of(w->objects.begin(), w->objects.end(),
+                     [&](const std::string& id) { return ctx.object(id).kind == ObjectKind::Child; });
+}
+
 // The main threads of the job: its root's, or each rank's under a launcher.
+// A root that only waits for its children hands over to theirs.
 std::vector<int> main_threads(const RuleContext& ctx) {
   std::vector<int> out;
   const ProcessInfo* root = ctx.snap.process(ctx.snap.target_pid);
-  if (root && !jobs::is_launcher(ctx.snap, *root)) out.push_back(root->pid);
+  for (int depth = 0; root && depth < kMaxWrapperDepth && waits_for_its_children(ctx, *root); ++depth) {
+    const ProcessInfo* next = nullptr;
+    for (int child : root->children)
+      if (const ProcessInfo* c = ctx.snap.process(child); c && c->role != ProcessRole::Peer && !next)
+        next = c;
+    // Several children: the root is the job. A zombie: the wait ends now.
+    if (!next || root->children.size() != 1 || next->state == 'Z' || next->state == 'X') break;
+    root = next;
+  }
+  // A launcher's (the root's, or one a wrapper started) own main thread
+  // only waits for its ranks: theirs are the job's.
+  const auto starts_ranks = [&](const ProcessInfo& p) {
+    return !p.rank && std::any_of(p.children.begin(), p.children.end(), [&](int c) {
+      const ProcessInfo* q = ctx.snap.process(c);
+      return q && jobs::is_rank_process(ctx.snap, *q);
+    });
+  };
+  if (root && !starts_ranks(*root)) out.push_back(root->pid);
   for (const auto& p : ctx.snap.processes)
     if (p.role != ProcessRole::Peer && p.pid != ctx.snap.target_pid && jobs::is_rank_process(ctx.snap, p))
       out.push_back(p.pid);
