@@ -42,6 +42,10 @@ std::string format_utc_stamp(double unix_seconds);
 // Numbers as runs, ascending and each once: {0, 1, 2, 4, 7, 6} -> "0-2, 4, 6-7".
 std::string number_runs(std::vector<int> numbers);
 
+// The first `max_words` words of a command line as ProcessInfo keeps it
+// (arguments joined by single spaces; empty ones dropped). Views into `s`.
+std::vector<std::string_view> command_words(std::string_view s, size_t max_words);
+
 inline constexpr std::string_view kWhitespace = " \t\n\r\v\f";
 // `s` without the leading and trailing characters of `blanks`.
 std::string_view trim(std::string_view s, std::string_view blanks = kWhitespace);

@@ -194,9 +194,11 @@ class Workload:
             pass  # kill() closed the pipe under the read (CPython raises ValueError there)
         self._queue.put(None)             # EOF
 
-    def wait_for_line(self, prefix, timeout=120.0):
-        """The next stdout line that starts with `prefix`; AssertionError on
-        EOF or timeout (with the workload's stderr)."""
+    def wait_for_line(self, prefix, timeout=120.0, anywhere=False):
+        """The next stdout line that starts with `prefix` (with `anywhere`:
+        that holds it, from `prefix` on -- processes sharing stdout may write
+        a line's start before another's marker, as pdb's "(Pdb) " prompt
+        does); AssertionError on EOF or timeout (with the workload's stderr)."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -213,6 +215,8 @@ class Workload:
                                      % (self.argv, self.proc.poll(), prefix, self.stderr_tail()))
             if line.startswith(prefix):
                 return line
+            if anywhere and prefix in line:
+                return line[line.index(prefix):]
 
     def stderr_tail(self, n=4000):
         try:
@@ -251,8 +255,13 @@ class Workload:
                                                   _state(p) not in ("Z", "X", None)
                                                   for p in victims):
             time.sleep(0.01)
+        # Closing the pipe under a read in progress frees its buffer under the
+        # reader (CPython: ValueError, or worse): its last writer is dead, so
+        # the reader sees EOF and ends; a writer that escaped keeps it open.
         if self.proc.stdout:
-            self.proc.stdout.close()
+            self._reader.join(timeout=5)
+            if not self._reader.is_alive():
+                self.proc.stdout.close()
         self._stderr.close()
 
 
@@ -804,7 +813,9 @@ def start_rank_job(test, shape, launcher, ranks=(0, 1), tag="", prefix=(), optio
     markers = {}
     for _ in ranks:
         try:
-            m = parse_marker(job.wait_for_line("RANK", timeout=180))
+            # The ranks share stdout: rank 0's pdb prompt ("(Pdb) ", no
+            # newline) may come before rank 1's marker on the same line.
+            m = parse_marker(job.wait_for_line("RANK ", timeout=180, anywhere=True))
         except AssertionError as e:
             # A torchrun job that started no rank in time (seen, rarely, in
             # CI under load): what each rank logged, and what hangtrace says.

@@ -100,5 +100,15 @@ TEST(Text, NumberRunsAreAscendingEachOnce) {
   EXPECT_EQ(number_runs({2147483647, 2147483646, 7}), "7, 2147483646-2147483647");
 }
 
+TEST(Text, CommandWordsAreBoundedViewsWithoutEmptyOnes) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(command_words("python3 -m  torch.distributed.run --nnodes 2 ", 16),
+            (V{"python3", "-m", "torch.distributed.run", "--nnodes", "2"}));
+  EXPECT_EQ(command_words("a b c d", 2), (V{"a", "b"}));
+  EXPECT_TRUE(command_words("", 8).empty());
+  EXPECT_TRUE(command_words("   ", 8).empty());
+  EXPECT_TRUE(command_words("x", 0).empty());
+}
+
 }  // namespace
 }  // namespace hangtrace

@@ -325,13 +325,7 @@ std::optional<int> LauncherRendezvous::fixed_nodes() const {
 }
 
 std::optional<LauncherRendezvous> launcher_rendezvous(std::string_view comm, std::string_view cmdline) {
-  std::vector<std::string_view> words;
-  for (size_t i = 0; i < cmdline.size() && words.size() < 256;) {
-    size_t end = cmdline.find(' ', i);
-    if (end == std::string_view::npos) end = cmdline.size();
-    if (end > i) words.push_back(cmdline.substr(i, end - i));
-    i = end + 1;
-  }
+  const std::vector<std::string_view> words = command_words(cmdline, 256);
   // Where the launcher's own options begin.
   size_t first = 0;
   if (!words.empty() && (comm == "torchrun" || ends_with(words[0], "/torchrun") || words[0] == "torchrun")) {

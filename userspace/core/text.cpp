@@ -81,6 +81,17 @@ std::string format_utc_stamp(double unix_seconds) {
 
 // ---- plain text -------------------------------------------------------------------
 
+std::vector<std::string_view> command_words(std::string_view s, size_t max_words) {
+  std::vector<std::string_view> words;
+  for (size_t i = 0; i < s.size() && words.size() < max_words;) {
+    size_t end = s.find(' ', i);
+    if (end == std::string_view::npos) end = s.size();
+    if (end > i) words.push_back(s.substr(i, end - i));
+    i = end + 1;
+  }
+  return words;
+}
+
 std::string number_runs(std::vector<int> numbers) {
   std::sort(numbers.begin(), numbers.end());
   numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());

@@ -167,13 +167,7 @@ bool is_launcher_command(std::string_view comm, std::string_view cmdline) {
 }
 
 std::string program_of(std::string_view cmdline) {
-  std::vector<std::string_view> words;
-  for (size_t i = 0; i < cmdline.size() && words.size() < 16;) {
-    size_t end = cmdline.find(' ', i);
-    if (end == std::string_view::npos) end = cmdline.size();
-    if (end > i) words.push_back(cmdline.substr(i, end - i));
-    i = end + 1;
-  }
+  const std::vector<std::string_view> words = command_words(cmdline, 16);
   if (words.empty()) return "";
   std::string first = basename_of(std::string(words[0]));
   if (first.rfind("python", 0) != 0) return first;
